@@ -1,0 +1,83 @@
+"""Writing evidence: atomic JSON/JSONL files, per-stage wall time and peak RSS, the run environment."""
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from resources import REPO, atomic_write_json, atomic_write_text, dumps, sha256_bytes
+
+
+def jsonl(records):
+    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records)
+
+
+def write_jsonl(path, records):
+    atomic_write_text(path, jsonl(records))
+
+
+def peak_rss_bytes():
+    # ru_maxrss is in KiB on Linux; it is the process's peak so far, so per stage it is "peak up to the end".
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class Stages:
+    """Wall time and process peak RSS at the end of each named stage."""
+
+    def __init__(self):
+        self.stages = []
+
+    @contextmanager
+    def stage(self, name):
+        t0 = time.perf_counter()
+        yield
+        self.stages.append({"name": name, "wall_s": round(time.perf_counter() - t0, 4),
+                            "peak_rss_bytes_at_end": peak_rss_bytes()})
+
+
+def git_identity():
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    commit = git("rev-parse", "HEAD") or None
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
+    return {"git_commit": commit, "git_dirty": dirty}
+
+
+def code_sha256():
+    """Hash of the code that can change a score (top-level scripts + experiments/), independent of git."""
+    files = sorted([*REPO.glob("*.py"), *REPO.glob("experiments/*.py")])
+    return sha256_bytes(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in files))
+
+
+def environment(threads):
+    import importlib.metadata as md
+
+    versions = {}
+    for pkg in ("torch", "transformers", "tokenizers", "lm_eval", "datasets", "numpy", "pyarrow", "safetensors",
+                "huggingface_hub", "gguf"):
+        try:
+            versions[pkg] = md.version(pkg.replace("_", "-"))
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    cpu = ""
+    try:
+        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "cpu": cpu,
+            "cpu_count": os.cpu_count(), "torch_threads": threads, "versions": versions,
+            "command_line": sys.argv, **git_identity(), "code_sha256": code_sha256()}
+
+
+def write_json(path, obj):
+    atomic_write_json(path, obj)
+
+
+__all__ = ["Stages", "environment", "write_json", "write_jsonl", "jsonl", "dumps", "peak_rss_bytes"]

@@ -1,0 +1,70 @@
+"""The independent scoring path, written from the definitions in DESIGN.md. It imports nothing from lm_eval.
+
+    s_ij = sum_t log p(y_jt | x_i, y_j,<t)      (candidate log-likelihood, no BOS, no EOS, no normalisation)
+    pred_i = argmax_j s_ij                       (first index wins ties)
+
+Context and context+candidate are tokenised together and the context tokens must be a prefix of the whole;
+a context ending in whitespace is refused (the boundary would be ambiguous). Inputs longer than the configured
+limit are an error, never truncated. One sequence per forward pass: no padding, no attention mask needed.
+"""
+import hashlib
+
+import torch
+
+
+class ScoringError(Exception):
+    """An assertion of the independent path failed: the message names the item and what differed."""
+
+
+def sha256_text(text):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def encode_pair(tokenizer, context, candidate, where=""):
+    """Token ids of the context and of the candidate, split where the context's own tokens end."""
+    if context != context.rstrip():
+        raise ScoringError(f"{where}: context ends with whitespace {context[-3:]!r}; the target delimiter "
+                           "belongs to the candidate")
+    ctx_ids = tokenizer(context, add_special_tokens=False)["input_ids"]
+    whole_ids = tokenizer(context + candidate, add_special_tokens=False)["input_ids"]
+    if whole_ids[:len(ctx_ids)] != ctx_ids:
+        raise ScoringError(f"{where}: context tokens are not a prefix of context+candidate tokens "
+                           f"(candidate {candidate!r})")
+    cand_ids = whole_ids[len(ctx_ids):]
+    if not cand_ids:
+        raise ScoringError(f"{where}: candidate {candidate!r} adds no tokens")
+    return ctx_ids, cand_ids
+
+
+def check_boundary(tokenizer, context, candidate, ctx_ids, cand_ids, where=""):
+    """Re-derive the split and compare: catches a boundary or token list that does not belong to this text."""
+    want_ctx, want_cand = encode_pair(tokenizer, context, candidate, where)
+    if (want_ctx, want_cand) != (list(ctx_ids), list(cand_ids)):
+        raise ScoringError(f"{where}: candidate {candidate!r} boundary mismatch: expected start {len(want_ctx)} "
+                           f"ids {want_cand}, found start {len(ctx_ids)} ids {list(cand_ids)}")
+
+
+def check_length(n_tokens, limit, where=""):
+    if n_tokens > limit:
+        raise ScoringError(f"{where}: input has {n_tokens} tokens, over the limit of {limit}; refusing to "
+                           "truncate (shorten the input or raise max_input_tokens in config.py)")
+
+
+@torch.no_grad()
+def candidate_logprob(model, ctx_ids, cand_ids):
+    """Sum of the candidate tokens' log-probabilities, each predicted from everything before it."""
+    inp = torch.tensor([(ctx_ids + cand_ids)[:-1]], dtype=torch.long)
+    logprobs = torch.log_softmax(model(inp).logits, dim=-1)[0]       # [L-1, vocab], fp32
+    first = len(ctx_ids) - 1                                        # position that predicts the first candidate token
+    rows = logprobs[first:first + len(cand_ids)]
+    picked = torch.gather(rows, 1, torch.tensor(cand_ids, dtype=torch.long).unsqueeze(1)).squeeze(1)
+    return float(picked.sum())
+
+
+def argmax_first(scores):
+    """Index of the largest score; the first one wins a tie."""
+    best = 0
+    for j, s in enumerate(scores):
+        if s > scores[best]:
+            best = j
+    return best
