@@ -38,3 +38,55 @@ def model_dir(prepared_cache):
 @pytest.fixture(scope="session")
 def gguf_path(prepared_cache):
     return prepared_cache / "downloads" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smoke_run(prepared_cache, tmp_path_factory):
+    """The README's main job: `run.py --smoke` on the real model, once per session. Returns (out_dir, proc)."""
+    out = tmp_path_factory.mktemp("smoke")
+    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--smoke")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc
+
+
+@pytest.fixture(scope="session")
+def dev_run(prepared_cache, tmp_path_factory):
+    """The 64 development items of the fixture through the protocol experiment, once per session."""
+    out = tmp_path_factory.mktemp("dev")
+    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--experiment", "protocol")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(prepared_cache, tmp_path_factory):
+    """A verified cache whose model is a tiny randomly initialised Llama with the real tokenizer.
+
+    For fast plumbing tests only (selection, splits, evidence layout); every claim about scores is tested on
+    the real model elsewhere."""
+    import shutil
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import resources
+
+    cache = tmp_path_factory.mktemp("tiny_cache")
+    shutil.copytree(prepared_cache / "data", cache / "data")
+    model_dir = cache / "models" / "tiny-random-llama"
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    LlamaForCausalLM(cfg).save_pretrained(model_dir)
+    real = prepared_cache / "models" / "smollm2-135m-instruct-q4_1"
+    for p in real.iterdir():
+        if p.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+            shutil.copy(p, model_dir / p.name)
+    manifest = resources.load_manifest(prepared_cache)
+    files = {str(p.relative_to(cache)): {"sha256": resources.sha256_file(p), "size": p.stat().st_size}
+             for p in sorted(model_dir.iterdir())}
+    manifest["resources"] = {"fixture-sentiment": manifest["resources"]["fixture-sentiment"],
+                             "tiny-random-llama": {"kind": "model", "source": {"kind": "test"}, "files": files}}
+    resources.save_manifest(cache, manifest)
+    return cache
