@@ -73,20 +73,20 @@ def verified_inputs(cache, model_id, data_id):
     return model_dir, parquet, model_identity, data_entry
 
 
-def run_identity(env, config, model_identity, data_entry, result, prompt_sha):
+def run_identity(env, config, model_identity, data_entry, result):
     """The full identity of this run: a cached score may only serve a request whose identity matches all of it."""
     scoring_keys = ["dtype", "attn_implementation", "threads", "device", "batch_size", "max_input_tokens",
                     "target_delimiter", "num_fewshot", "tie_rule", "sst2_choices"]
     scoring = {k: config[k] for k in scoring_keys}
     return {
         "model_sha256": model_identity["model_sha256"], "tokenizer_sha256": model_identity["tokenizer_sha256"],
-        "data_content_sha256": data_entry["content_sha256"], "prompt_template_sha256": prompt_sha,
+        "data_content_sha256": data_entry["content_sha256"], "prompt_template_sha256": result["prompt_template_sha256"],
         "scoring_config": scoring,
         "scoring_config_sha256": hashlib.sha256(json.dumps(scoring, sort_keys=True).encode()).hexdigest(),
         "git_commit": env["git_commit"], "git_dirty": env["git_dirty"], "code_sha256": env["code_sha256"],
         "versions": env["versions"],
-        "official_task_config_sha256": hashlib.sha256(json.dumps(
-            result["config"]["official"]["dumped_task_config"], sort_keys=True).encode()).hexdigest(),
+        "official_config_sha256": hashlib.sha256(json.dumps(
+            result["config"].get("official"), sort_keys=True).encode()).hexdigest(),
     }
 
 
@@ -129,7 +129,7 @@ def main(argv=None):
     import transformers  # noqa: F401
     import experiments
     from experiments import scoring
-    from experiments.evidence import Stages, environment, write_json, write_jsonl
+    from experiments.evidence import IdentityMismatch, Stages, environment, write_json, write_jsonl
     imports_s = time.perf_counter() - t_imports
 
     config = copy.deepcopy(CONFIG)
@@ -154,7 +154,7 @@ def main(argv=None):
         print(f"[{name}] split={split} data={args.data} model={args.model}")
         try:
             result = module.run(ctx)
-        except module.IdentityMismatch as e:
+        except IdentityMismatch as e:
             write_failure(out, name, e)
             exit_code = 1
             continue
@@ -166,13 +166,13 @@ def main(argv=None):
         tmp_private = Path(tempfile.mkdtemp(dir=out, prefix=f".private-{name}.tmp-"))
         try:
             with stages.stage("write"):
-                identity = run_identity(env, config, model_identity, data_entry, result,
-                                        module.prompt_template_sha256(config))
+                identity = run_identity(env, config, model_identity, data_entry, result)
                 write_json(tmp / "config.json", result["config"])
                 write_json(tmp / "identity.json", identity)
                 write_jsonl(tmp / "records.jsonl", result["records"])
                 write_json(tmp / "summary.json", result["summary"])
-                write_jsonl(tmp_private / "texts.jsonl", result["private_texts"])
+                for fname, content in result["private"].items():
+                    resources.atomic_write_text(tmp_private / fname, content)
             write_json(tmp / "stages.json", {"stages": stages.stages, "tokens": result["token_stats"],
                                              "threads": config["threads"],
                                              "total_wall_s": round(time.perf_counter() - T_START, 4),
@@ -184,10 +184,7 @@ def main(argv=None):
             for d in (tmp, tmp_private):
                 if d.exists():
                     shutil.rmtree(d)
-        s = result["summary"]
-        print(f"[{name}] {s['n_items']} items, {s['n_candidates']} candidates: official "
-              f"{s['official']['correct']}/{s['n_items']}, independent {s['independent']['correct']}/{s['n_items']}, "
-              f"max |official - independent| = {s['agreement']['max_abs_diff']}, identity checks passed")
+        print(f"[{name}] {result['headline']}")
         print(f"[{name}] evidence: {out / name}/ (private texts: {out / 'private' / name}/)")
     return exit_code
 

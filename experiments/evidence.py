@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 from resources import REPO, atomic_write_json, atomic_write_text, dumps, sha256_bytes
 
@@ -23,6 +22,16 @@ def write_jsonl(path, records):
 def peak_rss_bytes():
     # ru_maxrss is in KiB on Linux; it is the process's peak so far, so per stage it is "peak up to the end".
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class IdentityMismatch(Exception):
+    """Evidence does not belong to the item it claims, or the two paths disagree.
+
+    `rows` is a table of (idx, field, official, independent); run.py prints it and exits 1."""
+
+    def __init__(self, message, rows):
+        super().__init__(message)
+        self.rows = rows
 
 
 class Stages:
@@ -80,4 +89,4 @@ def write_json(path, obj):
     atomic_write_json(path, obj)
 
 
-__all__ = ["Stages", "environment", "write_json", "write_jsonl", "jsonl", "dumps", "peak_rss_bytes"]
+__all__ = ["IdentityMismatch", "Stages", "environment", "write_json", "write_jsonl", "jsonl", "dumps", "peak_rss_bytes"]

@@ -71,3 +71,12 @@ def evaluate(lm, cfg, task_name, indices, seed):
 def encode_pair(lm, context, continuation):
     """The official token boundary: lm-eval's own TemplateLM._encode_pair."""
     return lm._encode_pair(context, continuation)
+
+
+def loglikelihood(lm, pairs):
+    """lm-eval's model API on explicit (context, continuation) requests, as its tasks would send them."""
+    from lm_eval.api.instance import Instance
+
+    requests = [Instance(request_type="loglikelihood", doc={}, arguments=(ctx, cont), idx=i)
+                for i, (ctx, cont) in enumerate(pairs)]
+    return [(float(ll), bool(greedy)) for ll, greedy in lm.loglikelihood(requests)]

@@ -13,19 +13,12 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from experiments import official, scoring
+from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import select
 
 NAME = "protocol"
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 TASK_NAME = "sst2"
-
-
-class IdentityMismatch(Exception):
-    """Evidence does not belong to the item it claims: `rows` is a table of (idx, field, official, independent)."""
-
-    def __init__(self, message, rows):
-        super().__init__(message)
-        self.rows = rows
 
 
 def load_rows(parquet_path):
@@ -107,14 +100,8 @@ def run_independent(ctx, items):
     out = {}
     with ctx["stages"].stage("independent"):
         for it in tqdm(items, desc="independent scoring", unit="item"):
-            where = f"idx {it['idx']}"
-            cands = []
-            for cand in it["candidates"]:
-                ctx_ids, cand_ids = scoring.encode_pair(tokenizer, it["prompt"], cand, where)
-                scoring.check_length(len(ctx_ids) + len(cand_ids), config["max_input_tokens"], where)
-                cands.append({"text": cand, "token_ids": cand_ids, "start": len(ctx_ids),
-                              "score": scoring.candidate_logprob(model, ctx_ids, cand_ids)})
-            out[it["idx"]] = cands
+            out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
+                                                      config["max_input_tokens"], f"idx {it['idx']}")
     meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation}
     return out, meta
 
@@ -205,6 +192,12 @@ def summarise(records, split, meta):
     }
 
 
+def headline(s):
+    return (f"{s['n_items']} items, {s['n_candidates']} candidates: official {s['official']['correct']}/{s['n_items']}, "
+            f"independent {s['independent']['correct']}/{s['n_items']}, max |official - independent| = "
+            f"{s['agreement']['max_abs_diff']}, identity checks passed")
+
+
 def run(ctx):
     config, split, stages = ctx["config"], ctx["split"], ctx["stages"]
     rows = load_rows(ctx["parquet_path"])
@@ -242,8 +235,7 @@ def run(ctx):
              "input_tokens_per_candidate": {"min": min(token_counts), "max": max(token_counts),
                                             "total": sum(token_counts)},
              "n_items": len(records), "n_candidates": len(token_counts)}
-    return {"config": config_out, "records": records, "summary": summary, "private_texts": texts, "token_stats": stats}
-
-
-def prompt_template_sha256(config):
-    return hashlib.sha256(config["sst2_prompt"].encode("utf-8")).hexdigest()
+    return {"config": config_out, "records": records, "summary": summary, "token_stats": stats,
+            "private": {"texts.jsonl": jsonl(texts)},
+            "headline": headline(summary),
+            "prompt_template_sha256": hashlib.sha256(config["sst2_prompt"].encode("utf-8")).hexdigest()}

@@ -68,3 +68,14 @@ def argmax_first(scores):
         if s > scores[best]:
             best = j
     return best
+
+
+def score_candidates(model, tokenizer, context, candidates, limit, where=""):
+    """Score every candidate of one item: token ids, start boundary and summed log-probability for each."""
+    scored = []
+    for cand in candidates:
+        ctx_ids, cand_ids = encode_pair(tokenizer, context, cand, where)
+        check_length(len(ctx_ids) + len(cand_ids), limit, where)
+        scored.append({"text": cand, "token_ids": cand_ids, "start": len(ctx_ids),
+                       "score": candidate_logprob(model, ctx_ids, cand_ids)})
+    return scored
