@@ -76,7 +76,7 @@ def gguf_fp32_tensors(reader, meta):
             arr = undo_rope_permute(arr, n_head)
         elif t.name.endswith("attn_k.weight"):
             arr = undo_rope_permute(arr, n_head_kv)
-        out[_hf_name(t.name)] = np.ascontiguousarray(arr)
+        out[_hf_name(t.name)] = np.array(arr, dtype=np.float32, order="C", copy=True)  # owned, writable
     return out
 
 
@@ -151,8 +151,10 @@ def materialise_from_gguf(gguf_path, out_dir):
     tied = "lm_head.weight" not in tensors
     llama_config(meta, tied).save_pretrained(out_dir)
     GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=2).save_pretrained(out_dir)
+    # One metadata key only: safetensors writes __metadata__ from a hash map, so with two keys their order (and
+    # the file's sha256, which the lock pins) would change from process to process.
     save_file({k: torch.from_numpy(v) for k, v in sorted(tensors.items())}, str(out_dir / "model.safetensors"),
-              metadata={"format": "pt", "source": Path(gguf_path).name})
+              metadata={"format": "pt"})
     build_tokenizer(meta).save_pretrained(out_dir)
     # save_pretrained writes a chat_template.jinja in newer transformers; keep only deterministic files.
     return sorted(p.name for p in out_dir.iterdir())

@@ -70,9 +70,13 @@ def test_dev_64_items_bit_exact(dev_run):
     assert summary["label_counts"] == {"0": labels.count(0), "1": labels.count(1)}
 
 
-def test_unsorted_samples_defect_is_caught(prepared_cache, tmp_path):
-    """lm-eval 0.4.9.2 logs doc_id in the caller's order but iterates docs in dataset order: exit 1, no evidence."""
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", tmp_path, "--smoke", "--no-sort-samples")
+def test_unsorted_samples_defect_is_caught(tiny_cache, tmp_path):
+    """lm-eval 0.4.9.2 logs doc_id in the caller's order but iterates docs in dataset order: exit 1, no evidence.
+
+    The defect is in the bookkeeping, not the model, so the tiny random model shows it as well as the real one;
+    the 64 development items are needed because the 2 smoke items happen to be in ascending order already."""
+    proc = run_cli("run.py", "--cache", tiny_cache, "--out", tmp_path, "--model", "tiny-random-llama",
+                   "--experiment", "protocol", "--no-sort-samples")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "doc.idx" in proc.stderr and "MISMATCH" in proc.stderr
     failed = json.loads((tmp_path / "protocol.FAILED.json").read_text())
@@ -147,7 +151,7 @@ def test_selection_rule_is_fixed_and_disjoint():
 def test_confirm_split_is_only_scored_on_request_and_says_so(tiny_cache, tmp_path):
     """Plumbing on a tiny random model: --split confirm scores exactly the 128 held-back items and labels them."""
     proc = run_cli("run.py", "--cache", tiny_cache, "--out", tmp_path, "--model", "tiny-random-llama",
-                   "--split", "confirm")
+                   "--split", "confirm", "--experiment", "protocol")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "CONFIRMATION SPLIT" in proc.stdout
     ranked = selection.ranked_indices(CONFIG["selection_salt"], 200)
@@ -168,6 +172,7 @@ def test_tampered_cache_file_is_refused_by_run(tiny_cache, tmp_path):
     data = bytearray(parquet.read_bytes())
     data[len(data) // 2] ^= 1
     parquet.write_bytes(bytes(data))
-    proc = run_cli("run.py", "--cache", cache, "--out", tmp_path / "o", "--model", "tiny-random-llama", "--smoke")
+    proc = run_cli("run.py", "--cache", cache, "--out", tmp_path / "o", "--model", "tiny-random-llama", "--smoke",
+                   "--experiment", "protocol")
     assert proc.returncode == 2
     assert "validation.parquet: bytes changed" in proc.stderr

