@@ -10,6 +10,7 @@ compare -> evidence.
 import hashlib
 
 import pyarrow.parquet as pq
+import torch
 from tqdm import tqdm
 
 from experiments import official, scoring
@@ -81,6 +82,7 @@ def run_official(ctx, items, parquet_path):
         "reported_acc": results["results"][TASK_NAME]["acc,none"],
         "model_dtype": str(lm.model.dtype),
         "attn_implementation": lm.model.config._attn_implementation,
+        "torch_threads": torch.get_num_threads(),
         "hflm": {"pretrained": str(ctx["model_dir"]), "device": config["device"], "dtype": config["dtype"],
                  "batch_size": config["batch_size"], "max_length": config["max_input_tokens"],
                  "attn_implementation": config["attn_implementation"], "logits_cache": True},
@@ -102,7 +104,8 @@ def run_independent(ctx, items):
         for it in tqdm(items, desc="independent scoring", unit="item"):
             out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
                                                       config["max_input_tokens"], f"idx {it['idx']}")
-    meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation}
+    meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
+            "torch_threads": torch.get_num_threads()}
     return out, meta
 
 
@@ -208,7 +211,7 @@ def run(ctx):
     samples, boundaries, official_meta = run_official(ctx, items, ctx["parquet_path"])
     check_task_config(official_meta["dumped_task_config"], config)
     independent, independent_meta = run_independent(ctx, items)
-    for key in ("model_dtype", "attn_implementation"):
+    for key in ("model_dtype", "attn_implementation", "torch_threads"):
         if official_meta[key] != independent_meta[key]:
             raise IdentityMismatch("the two paths loaded the model differently",
                                    [(None, key, official_meta[key], independent_meta[key])])
