@@ -16,7 +16,6 @@ match the lock, nothing more.
 import argparse
 import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -325,6 +324,9 @@ def check_hub_file(path, meta, value, where):
     """Check a download against its pin, or (pin null) against the hub's own hash; return (sha, size, new pin)."""
     sha, size = R.sha256_file(path), path.stat().st_size
     want, want_size = pinned(value)
+    if want is None and meta is None:
+        raise ResourceError(f"{where}: no pinned sha256 and no hub to check against (offline); run with the hub "
+                            "reachable and --pin")
     if want is not None:
         if sha != want or (want_size is not None and size != want_size):
             raise ResourceError(f"{path} ({where}): sha256 mismatch: expected {want} ({want_size} bytes), "
@@ -356,6 +358,9 @@ def forget_download(path):
             p.unlink()
 
 
+HUB_ATTEMPTS = 3  # a cut transfer is retried (resumed where possible); the bytes are verified either way
+
+
 def hub_fetch(cache, lock_path, rid, entry, repo_type, pin):
     """Download the lock's files at the pinned revision and verify them.
 
@@ -373,6 +378,8 @@ def hub_fetch(cache, lock_path, rid, entry, repo_type, pin):
     from huggingface_hub import constants as hf_constants
 
     paths, pins = {}, {}
+    if hf_constants.HF_HUB_OFFLINE:
+        return hub_fetch_offline(cache, rid, src, repo_type), pins
     for fname, value in sorted(src["files"].items()):
         where = f"{repo}/{fname}@{short(rev)}"
         try:
@@ -384,11 +391,15 @@ def hub_fetch(cache, lock_path, rid, entry, repo_type, pin):
             raise ResourceError(f"{where}: the revision resolved to commit {meta.commit_hash}, expected the pinned "
                                 f"{rev}; refusing to use it")
         say(f"  fetching {where}")
-        try:
-            path = Path(hf.hf_hub_download(repo, fname, repo_type=repo_type, revision=rev,
-                                           cache_dir=cache / "hub"))
-        except Exception as e:
-            raise ResourceError(f"{where}: download failed ({one_line(e)})")
+        for attempt in range(1, HUB_ATTEMPTS + 1):
+            try:  # a broken transfer leaves a .incomplete file that huggingface_hub resumes with a Range request
+                path = Path(hf.hf_hub_download(repo, fname, repo_type=repo_type, revision=rev,
+                                               cache_dir=cache / "hub"))
+                break
+            except Exception as e:
+                if attempt == HUB_ATTEMPTS:
+                    raise ResourceError(f"{where}: download failed {HUB_ATTEMPTS} times ({one_line(e)})")
+                say(f"  transfer of {where} failed ({one_line(e, 80)}); retrying ({attempt}/{HUB_ATTEMPTS - 1})")
         try:
             sha, size, pin_value = check_hub_file(path, meta, value, where)
         except ResourceError:
@@ -398,6 +409,29 @@ def hub_fetch(cache, lock_path, rid, entry, repo_type, pin):
             pins[fname] = pin_value
         paths[fname] = (path, sha, size)
     return paths, pins
+
+
+def hub_fetch_offline(cache, rid, src, repo_type):
+    """HF_HUB_OFFLINE=1: use only huggingface_hub's local cache. The pinned revision is a commit id, and the
+    snapshot directory is keyed by it, so the commit needs no server; every file is still re-hashed against its
+    pin. Names every missing file at once."""
+    import huggingface_hub as hf
+
+    repo, rev = src["repo"], src["revision"]
+    paths, missing = {}, []
+    for fname, value in sorted(src["files"].items()):
+        try:
+            path = Path(hf.hf_hub_download(repo, fname, repo_type=repo_type, revision=rev, cache_dir=cache / "hub",
+                                           local_files_only=True))
+        except Exception:
+            missing.append(fname)
+            continue
+        sha, size, _ = check_hub_file(path, None, value, f"{repo}/{fname}@{short(rev)}")
+        paths[fname] = (path, sha, size)
+    if missing:
+        raise ResourceError(f"{cache / 'hub'}: offline (HF_HUB_OFFLINE=1) and {rid} is incomplete: missing "
+                            f"{', '.join(missing)} at {short(rev)}; run prepare.py once with the hub reachable")
+    return paths
 
 
 def prepare_hub_model(cache, manifest, lock_path, rid, entry, pin):
