@@ -16,6 +16,16 @@ CONFIG = {
     "max_input_tokens": 512,       # longer inputs are an error, never truncated
     "seed": 1234,                  # passed to lm-eval's seeds; loglikelihood scoring itself draws no randomness
 
+    # fast mode of the independent scorer (run.py --fast, experiments/fast_scoring.py): batched, right-padded,
+    # output layer only at scored positions. Parity mode above stays the default and the bit-exact claim; fast
+    # mode must keep every argmax and stay within fast_tolerance of parity mode, or the run stops (exit 1).
+    "fast_batch_size": 16,         # sequences per forward pass (contexts sorted by length)
+    "fast_max_batch_tokens": 2048, # and at most this many padded tokens per forward pass
+    "fast_tolerance": 1e-4,        # max |fast - parity| per candidate score
+    # the identity-keyed result cache (experiments/result_cache.py): parity-mode scores only, never the official
+    # path; run.py --no-cache bypasses it
+    "result_cache_file": "results.sqlite",  # inside --cache
+
     # data and item selection (DESIGN.md, "Item selection")
     "data": "fixture-sentiment",
     "selection_salt": "llm-eval-evidence/sst2-selection/v1",
@@ -56,15 +66,41 @@ CONFIG = {
     ],
     "options_tie_rule": "first displayed position wins (argmax over candidates in displayed order, as np.argmax)",
 
+    # the MC-TACO experiment (seed study 004): lm-eval 0.4.9.2 mc_taco/default.yaml on MC-TACO-shaped data. The
+    # prompt and choices are checked against the dumped official task config at run time. Documents are rows
+    # (question-candidate pairs) in dataset order; a question is identified by sha256(f"{sentence}\t{question}").
+    "mctaco_data": "fixture-mctaco",   # data resource id (its own, not --data: run.py's --data is SST-2-shaped)
+    "mctaco_prompt": "{sentence}\nQuestion: {question}\nAnswer: {answer}\nPlausible:",
+    "mctaco_choices": ["no", "yes"],
+    "mctaco_smoke_questions": 2,       # --smoke: every document of the first 2 questions (never a cut group)
+    "mctaco_limit_ns": [5, 10, 20],    # the --limit demonstration (plus a group boundary and a cut it derives)
+
+    # the extraction experiment (seed study 001): one set of greedy chat generations, three scorers, and a human
+    # audit sample chosen before generation. The user message goes through the tokenizer's chat template (SmolLM2's
+    # default system message); {sentence} is filled with str.replace.
+    "extraction_user_prompt": "Classify the sentiment of this movie review.\n\nReview: {sentence}\n\nAnswer with a "
+                              "JSON object with a single key \"sentiment\" whose value is \"positive\" or "
+                              "\"negative\".",
+    "extraction_labels": ["negative", "positive"],   # label index -> the sentiment value the answer should carry
+    "extraction_max_new_tokens": 32,               # greedy; fp32; only the new tokens (eos removed) are scored
+    "extraction_regex": r"(?i)\b(positive|negative)\b",  # lm-eval RegexFilter pattern: first whole-word match
+    "extraction_regex_fallback": "[invalid]",      # RegexFilter's fallback when nothing matches
+    "extraction_crosscheck_lm_eval": True,         # also generate with lm-eval's HFLM.generate_until and compare
+    "extraction_audit_salt": "llm-eval-evidence/extraction-audit/v1",
+    "extraction_audit_per_class": 8,               # pre-registered human audit: 8 items per class, interleaved
+    "extraction_weighted_estimate_rule": "the class-weighted estimate (weights N_c/n_c) is computed only when every "
+                                         "sampled item of every class is decidable (stance positive or negative) "
+                                         "with an undisputed reference; otherwise it is null",
+
     # the mini harness (harness/, experiments/harness.py); run.py --experiment harness reads these
-    "harness_tasks_dir": None,     # None: O/harness_tasks, seeded from fixtures/harness_tasks when it has no tasks
+    "harness_tasks_dir": None,     # None: O/.harness_tasks, seeded from fixtures/harness_tasks when it has no tasks
     "harness_batch_size": 4,       # prompts per adapter call (SmolLM2 still runs one sequence per forward pass)
-    "harness_timeout_s": 60.0,     # per-example wall-clock budget for the adapter; a batch of n gets n times this
+    "harness_timeout_s": 120.0,    # per-example wall-clock budget for the adapter; a batch of n gets n times this
     "harness_max_new_tokens": 128, # greedy generation length cap for the SmolLM2 adapter
     "harness_smoke_examples": 1,   # --smoke: the first example of each task
     "harness_include_per_example": True,  # predictions in the (private) leaderboard
     "harness_sandbox": {           # code_exec limits (harness/sandbox.py); mode: auto | namespaces | landlock
-        "cpu_s": 2, "wall_s": 5.0, "memory_bytes": 256 * 2**20, "fsize_bytes": 2**20, "nofile": 32,
+        "cpu_s": 2, "startup_s": 30.0, "wall_s": 5.0, "memory_bytes": 256 * 2**20, "fsize_bytes": 2**20, "nofile": 32,
         "tmpfs_bytes": 4 * 2**20, "result_max_bytes": 2**20, "mode": "auto",
     },
 }

@@ -500,6 +500,8 @@ def store_data(cache, manifest, rid, entry, rows, source, imported_from=None):
 
 
 def prepare_repo_data(cache, manifest, rid, entry):
+    if entry.get("schema") == "mctaco":
+        return prepare_mctaco_repo_data(cache, manifest, rid, entry)
     src = entry["source"]
     if data_verified(cache, manifest, rid, entry):
         say(f"  verified: {rid} (parquet re-hashed; content sha256 {short(entry['content_sha256'])})")
@@ -516,6 +518,8 @@ def prepare_repo_data(cache, manifest, rid, entry):
 
 
 def prepare_hub_data(cache, manifest, lock_path, rid, entry, pin):
+    if entry.get("schema") == "mctaco":
+        return prepare_mctaco_hub_data(cache, manifest, lock_path, rid, entry, pin)
     # Content identifies data: a verified copy (from the hub or an imported file) needs no download, unless the
     # user asked to --pin file hashes the lock still lacks.
     wants_pins = pin and not all(pinned(v)[0] for v in entry["source"]["files"].values())
@@ -541,6 +545,8 @@ def prepare_hub_data(cache, manifest, lock_path, rid, entry, pin):
 
 def prepare_file_data(cache, manifest, lock_path, rid, entry, data_file, pin):
     """Import a user's copy (hub parquet or GLUE dev.tsv): accepted only if its canonical content is the lock's."""
+    if entry.get("schema") == "mctaco":
+        return prepare_mctaco_file_data(cache, manifest, lock_path, rid, entry, data_file, pin)
     path = Path(data_file).resolve()
     fmt = "parquet" if path.suffix == ".parquet" else "glue-dev-tsv"
     rows = read_rows(path, R.read_data_file)
@@ -551,6 +557,130 @@ def prepare_file_data(cache, manifest, lock_path, rid, entry, data_file, pin):
         say(f"  wrote {len(rows)} per-row hash prefixes (row_sha256_16) into {lock_path}; commit it")
     store_data(cache, manifest, rid, entry, rows, entry["source"],
                imported_from={"path": str(path), "sha256": R.sha256_file(path), "format": fmt})
+
+
+# ---- MC-TACO-shaped data (lock entries with "schema": "mctaco") ---------------------------------------------
+# The same steps as above with MC-TACO's reader, canonical content hash and parquet layout (resources.py). The
+# cache holds data/<id>/validation.parquet with columns sentence, question, answer, label (0 no / 1 yes),
+# category (name), in dataset order.
+
+def mctaco_data_verified(cache, manifest, rid, entry):
+    m = manifest["resources"].get(rid)
+    if m is None or entry.get("content_sha256") is None:
+        return False
+    if m.get("schema") != "mctaco" or m.get("content_sha256") != entry["content_sha256"] \
+            or m.get("rows") != entry["rows"]:
+        say(f"  manifest entry for {rid} does not match the lock's content hash; preparing again")
+        return False
+    return already_verified(cache, manifest, rid, None)
+
+
+def store_mctaco_data(cache, manifest, rid, entry, rows, source, imported_from=None):
+    data = R.mctaco_rows_to_parquet_bytes(rows)
+    rel = data_rel(rid, entry)
+    drop_entry(cache, manifest, rid)
+    R.atomic_write_bytes(cache / rel, data)
+    m = {"kind": "data", "schema": "mctaco", "source": source,
+         "files": {rel: {"sha256": R.sha256_bytes(data), "size": len(data)}},
+         "content_sha256": entry["content_sha256"], "rows": entry["rows"], "label_counts": entry["label_counts"],
+         "n_questions": entry["n_questions"]}
+    if imported_from:
+        m["imported_from"] = imported_from
+    record_entry(cache, manifest, rid, m)
+    say(f"  wrote {cache / rel} ({len(rows)} rows, {entry['n_questions']} questions, content sha256 "
+        f"{short(entry['content_sha256'])})")
+
+
+def mctaco_content_pins(rows):
+    """What --pin records for an MC-TACO copy whose bytes were verified: content hash, counts, per-row hashes."""
+    return {"content_sha256": R.mctaco_content_sha256(rows), "rows": len(rows),
+            "n_questions": len(R.mctaco_questions(rows)), "label_counts": R.mctaco_label_counts(rows),
+            "row_sha256_16": [R.mctaco_row_hash16(r) for r in rows]}
+
+
+def pin_mctaco_content(lock_path, rid, content):
+    """Record content facts left null in the lock; refuse to overwrite a different value."""
+    lock = R.load_lock(lock_path)
+    entry = lock["data"][rid]
+    for k, v in content.items():
+        if entry.get(k) is not None and entry[k] != v:
+            raise ResourceError(f"{lock_path}: {rid}: {k} is pinned to {str(entry[k])[:80]}, the verified copy has "
+                                f"{str(v)[:80]}; refusing to overwrite a pin")
+        entry[k] = v
+    R.atomic_write_json(lock_path, lock)
+    return entry
+
+
+def prepare_mctaco_repo_data(cache, manifest, rid, entry):
+    src = entry["source"]
+    if mctaco_data_verified(cache, manifest, rid, entry):
+        say(f"  verified: {rid} (parquet re-hashed; content sha256 {short(entry['content_sha256'])})")
+        return
+    drop_entry(cache, manifest, rid)
+    path = R.REPO / src["path"]
+    bad = file_problem(path, src["sha256"])
+    if bad:
+        raise ResourceError(f"{bad} (repository file of {rid}; restore it from git)")
+    rows = read_rows(path, R.read_mctaco_tsv)
+    R.verify_mctaco_rows(rows, entry, str(path))
+    say(f"  verified {path}: {len(rows)} rows, {entry['n_questions']} questions, content sha256 "
+        f"{short(entry['content_sha256'])}")
+    store_mctaco_data(cache, manifest, rid, entry, rows, src)
+
+
+def prepare_mctaco_hub_data(cache, manifest, lock_path, rid, entry, pin):
+    src = entry["source"]
+    if not src.get("revision"):
+        raise ResourceError(f"{lock_path}: {rid}: no pinned revision for {src.get('repo')}; look up the commit that "
+                            f"holds the split, write it and the parquet's path into source.revision and "
+                            f"source.files, then run prepare.py --data {rid} --pin (see the entry's description)")
+    if len(src.get("files") or {}) != 1:
+        raise ResourceError(f"{lock_path}: {rid}: expected one parquet file in source.files, found "
+                            f"{sorted(src.get('files') or {})}; write the split's parquet path there")
+    wants_pins = pin and (not all(pinned(v)[0] for v in src["files"].values()) or entry.get("content_sha256") is None)
+    verified = mctaco_data_verified(cache, manifest, rid, entry)
+    if verified and not wants_pins:
+        say(f"  verified: {rid} (parquet re-hashed; content sha256 {short(entry['content_sha256'])})")
+        return
+    if entry.get("content_sha256") is None and not pin:
+        raise ResourceError(f"{lock_path}: {rid}: no content_sha256 pinned; run prepare.py --data {rid} --pin to "
+                            f"record it from a download whose file hash the hub confirms (then commit the lock)")
+    if not verified:
+        drop_entry(cache, manifest, rid)
+    paths, pins = hub_fetch(cache, lock_path, rid, entry, "dataset", pin)
+    (fname, (path, _, _)), = paths.items()
+    rows = read_rows(path, R.read_mctaco_parquet)
+    R.check_mctaco_rows_shape(rows, f"{path} ({src['repo']}/{fname})")
+    content = mctaco_content_pins(rows) if pin else {}
+    if pins:
+        entry = pin_into_lock(lock_path, "data", rid, file_hashes=pins)
+    if content:
+        entry = pin_mctaco_content(lock_path, rid, content)
+    R.verify_mctaco_rows(rows, entry, f"{path} ({src['repo']}/{fname})")
+    if pins or content:
+        say(f"  wrote new pin(s) into {lock_path}; commit it")
+    say(f"  verified {fname}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
+    store_mctaco_data(cache, manifest, rid, entry, rows, entry["source"])
+
+
+def prepare_mctaco_file_data(cache, manifest, lock_path, rid, entry, data_file, pin):
+    """Import a local MC-TACO copy (release .tsv or a parquet): accepted only if its canonical content is the
+    lock's (a lock without a content hash cannot accept any copy: a local file is no source of truth)."""
+    path = Path(data_file).resolve()
+    rows = read_rows(path, R.read_mctaco_file)
+    R.verify_mctaco_rows(rows, entry, str(path))
+    say(f"  verified {path}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
+    if pin and entry.get("row_sha256_16") is None:
+        entry = pin_mctaco_content(lock_path, rid, {"row_sha256_16": [R.mctaco_row_hash16(r) for r in rows]})
+        say(f"  wrote {len(rows)} per-row hash prefixes (row_sha256_16) into {lock_path}; commit it")
+    store_mctaco_data(cache, manifest, rid, entry, rows, entry["source"],
+                      imported_from={"path": str(path), "sha256": R.sha256_file(path),
+                                     "format": "parquet" if path.suffix == ".parquet" else "mctaco-tsv"})
+
+
+def extra_default_data(lock):
+    """Data prepared by a plain `prepare.py` besides the default (lock entries with "prepare_by_default")."""
+    return [rid for rid, e in sorted(lock.get("data", {}).items()) if e.get("prepare_by_default") and not e.get("default")]
 
 
 # ---- --verify ----------------------------------------------------------------------------------------------
@@ -636,13 +766,16 @@ def main(argv=None):
         ap.error("--source file needs --data-file PATH")
     if args.data_file and args.source not in (None, "file") and args.model is None:
         ap.error(f"--data-file imports a local file; --source {args.source} does not apply")
+    extra_data = []
     if args.model is None and args.data is None:
         args.model, args.data = default_id(lock, "models", args.lock), default_id(lock, "data", args.lock)
+        extra_data = extra_default_data(lock)
 
     # Decide every resource's source before touching anything, so a bad combination fails fast. One --source
     # applies to every named resource, except that --data-file always means source "file" for the data.
     plan = []
-    for kind, rid, section in (("model", args.model, "models"), ("data", args.data, "data")):
+    for kind, rid, section in (("model", args.model, "models"), ("data", args.data, "data"),
+                               *(("data", x, "data") for x in extra_data)):
         if rid is None:
             continue
         e = lock[section][rid]
@@ -650,7 +783,9 @@ def main(argv=None):
         if natural is None:
             raise ResourceError(f"{args.lock}: {rid}: unknown source kind {e['source']['kind']!r}; expected one "
                                 f"of {', '.join(SOURCE_OF_KIND)}")
-        src = "file" if kind == "data" and args.data_file else (args.source or natural)
+        src = "file" if kind == "data" and args.data_file and rid == args.data else (args.source or natural)
+        if rid in extra_data:
+            src = natural  # a default extra always comes from its own source (--source names the main ones)
         if src != natural and not (kind == "data" and src == "file"):
             raise ResourceError(f"{kind} {rid}: source {src!r} not available; the lock gives it a "
                                 f"{e['source']['kind']} source (use --source {natural})")

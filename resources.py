@@ -185,6 +185,183 @@ def first_difference_hint(rows, entry):
     return ""
 
 
+# ---- MC-TACO-shaped data (lock entries with "schema": "mctaco") ---------------------------------------------
+# One row per (question, candidate answer): sentence, question, answer, label, category, as lm-eval's mc_taco task
+# reads them (doc_to_target: label -> an index into doc_to_choice ["no", "yes"]). Rows are identified by their
+# position (idx 0..N-1, lm-eval's doc_id); a question by sha256 of (sentence, question).
+
+MCTACO_COLUMNS = ("sentence", "question", "answer", "label", "category")
+MCTACO_LABELS = ("no", "yes")            # label 0 = "no" (implausible), 1 = "yes" (plausible): doc_to_choice order
+MCTACO_CATEGORIES = ("Event Duration", "Event Ordering", "Frequency", "Typical Time", "Stationarity")
+MCTACO_TEXT_FIELDS = ("sentence", "question", "answer")
+
+
+def mctaco_canonical_text(rows):
+    """The canonical rendering that identifies MC-TACO-shaped data, independent of file format.
+
+    One UTF-8 line f"{idx}\\t{label_name}\\t{category}\\t{sentence}\\t{question}\\t{answer}\\n" per row in idx
+    order, label_name "no"/"yes", category its name, texts exactly as stored. Names, not codes: a TSV with
+    "yes"/"no" and a parquet with ClassLabel ints render to the same lines when they hold the same data.
+    """
+    return "".join(f"{r['idx']}\t{MCTACO_LABELS[r['label']]}\t{r['category']}\t{r['sentence']}\t{r['question']}"
+                   f"\t{r['answer']}\n" for r in rows)
+
+
+def mctaco_content_sha256(rows):
+    return sha256_bytes(mctaco_canonical_text(rows).encode("utf-8"))
+
+
+def mctaco_row_hash16(row):
+    return sha256_bytes(mctaco_canonical_text([row]).encode("utf-8"))[:16]
+
+
+def mctaco_question_id(sentence, question):
+    """Question identity: sha256 of sentence + TAB + question (neither may contain a tab)."""
+    return sha256_bytes(f"{sentence}\t{question}".encode("utf-8"))
+
+
+def mctaco_questions(rows):
+    """Questions in order of first appearance: [{question_id, question_rank, idx: [row idx...], category}]."""
+    by_id = {}
+    for r in rows:
+        qid = mctaco_question_id(r["sentence"], r["question"])
+        if qid not in by_id:
+            by_id[qid] = {"question_id": qid, "question_rank": len(by_id), "idx": [], "category": r["category"]}
+        by_id[qid]["idx"].append(r["idx"])
+    return list(by_id.values())
+
+
+def check_mctaco_rows_shape(rows, where):
+    for pos, r in enumerate(rows):
+        if r["idx"] != pos:
+            raise ResourceError(f"{where}: row {pos}: expected idx {pos}, found {r['idx']}")
+        if r["label"] not in (0, 1):
+            raise ResourceError(f"{where}: idx {pos}: expected label 0/1 ('no'/'yes'), found {r['label']!r}")
+        if r["category"] not in MCTACO_CATEGORIES:
+            raise ResourceError(f"{where}: idx {pos}: category {r['category']!r} is not one of {MCTACO_CATEGORIES}")
+        for k in MCTACO_TEXT_FIELDS:
+            v = r[k]
+            if not isinstance(v, str) or not v or "\t" in v or "\n" in v or "\r" in v:
+                raise ResourceError(f"{where}: idx {pos}: {k} must be a non-empty string without tabs or newlines")
+
+
+def mctaco_label_counts(rows):
+    return {name: sum(r["label"] == k for r in rows) for k, name in enumerate(MCTACO_LABELS)}
+
+
+def verify_mctaco_rows(rows, entry, where):
+    """Check an MC-TACO copy against its lock entry: shape, counts, then the canonical content hash."""
+    check_mctaco_rows_shape(rows, where)
+    if entry.get("rows") is not None and len(rows) != entry["rows"]:
+        raise ResourceError(f"{where}: expected {entry['rows']} rows, found {len(rows)}")
+    counts = mctaco_label_counts(rows)
+    if entry.get("label_counts") is not None and counts != entry["label_counts"]:
+        raise ResourceError(f"{where}: expected label counts {entry['label_counts']}, found {counts}")
+    if entry.get("n_questions") is not None and len(mctaco_questions(rows)) != entry["n_questions"]:
+        raise ResourceError(f"{where}: expected {entry['n_questions']} questions, found "
+                            f"{len(mctaco_questions(rows))}")
+    if entry.get("content_sha256") is None:
+        raise ResourceError(f"{where}: the lock has no content_sha256 for this resource; nothing to verify against "
+                            f"(prepare.py --pin records it after the file hashes are checked)")
+    found = mctaco_content_sha256(rows)
+    if found != entry["content_sha256"]:
+        hint = ""
+        for r in rows:
+            hashes = entry.get("row_sha256_16") or []
+            if r["idx"] >= len(hashes) or mctaco_row_hash16(r) != hashes[r["idx"]]:
+                hint = f" (first differing row: idx {r['idx']})" if hashes else ""
+                break
+        raise ResourceError(f"{where}: canonical content sha256 mismatch: expected {entry['content_sha256']}, "
+                            f"found {found}{hint}")
+
+
+def _mctaco_row(idx, sentence, question, answer, label, category, where):
+    if isinstance(label, str):
+        if label not in MCTACO_LABELS:
+            raise ResourceError(f"{where}: idx {idx}: label {label!r} is not 'yes' or 'no'")
+        label = MCTACO_LABELS.index(label)
+    return {"idx": idx, "sentence": sentence, "question": question, "answer": answer, "label": int(label),
+            "category": category}
+
+
+def read_mctaco_tsv(path):
+    """MC-TACO's release format: sentence, question, answer, label ("yes"/"no"), category, TAB-separated, no
+    quoting. A first line equal to the column names (as in this repository's fixture) is a header and skipped."""
+    with open(path, encoding="utf-8", newline="") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    start = 1 if lines and lines[0].rstrip("\r") == "\t".join(MCTACO_COLUMNS) else 0
+    rows = []
+    for lineno, line in enumerate(lines[start:], start=start + 1):
+        parts = line.rstrip("\r").split("\t")
+        if len(parts) != 5:
+            raise ResourceError(f"{path}:{lineno}: expected 5 TAB-separated fields (sentence, question, answer, "
+                                f"label, category), found {len(parts)}: {line[:80]!r}")
+        rows.append(_mctaco_row(len(rows), *parts, where=f"{path}:{lineno}"))
+    return rows
+
+
+def read_mctaco_parquet(path):
+    """A parquet with the five columns; label as int (0 no, 1 yes) or "yes"/"no"; category as its name or as a
+    Hugging Face ClassLabel int (names taken from the file's own `huggingface` schema metadata)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    missing = set(MCTACO_COLUMNS) - set(table.column_names)
+    if missing:
+        raise ResourceError(f"{path}: expected columns {', '.join(MCTACO_COLUMNS)}; missing {sorted(missing)}")
+    names = {}
+    meta = (table.schema.metadata or {}).get(b"huggingface")
+    if meta:
+        feats = json.loads(meta).get("info", {}).get("features", {})
+        for col in ("label", "category"):
+            if isinstance(feats.get(col), dict) and feats[col].get("_type") == "ClassLabel":
+                names[col] = feats[col]["names"]
+    if names.get("label") not in (None, list(MCTACO_LABELS)):
+        raise ResourceError(f"{path}: label ClassLabel names {names['label']}, expected {list(MCTACO_LABELS)}")
+    cols = table.to_pydict()
+    rows = []
+    for i in range(table.num_rows):
+        cat = cols["category"][i]
+        if isinstance(cat, int):
+            if "category" not in names:
+                raise ResourceError(f"{path}: category is an integer but the file names no ClassLabel names")
+            cat = names["category"][cat]
+        rows.append(_mctaco_row(i, cols["sentence"][i], cols["question"][i], cols["answer"][i], cols["label"][i],
+                                cat, where=str(path)))
+    return rows
+
+
+def read_mctaco_file(path):
+    path = Path(path)
+    if not path.exists():
+        raise ResourceError(f"{path}: file not found")
+    if path.suffix == ".parquet":
+        return read_mctaco_parquet(path)
+    if path.suffix in (".tsv", ".txt"):
+        return read_mctaco_tsv(path)
+    raise ResourceError(f"{path}: expected a .parquet or an MC-TACO .tsv file, found suffix {path.suffix!r}")
+
+
+def mctaco_rows_to_parquet_bytes(rows):
+    """The cache's MC-TACO parquet: columns sentence, question, answer (string), label (int64, 0 no / 1 yes, the
+    index into lm-eval's doc_to_choice), category (string name), in dataset order; no idx column (idx = row)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({
+        "sentence": pa.array([r["sentence"] for r in rows], pa.string()),
+        "question": pa.array([r["question"] for r in rows], pa.string()),
+        "answer": pa.array([r["answer"] for r in rows], pa.string()),
+        "label": pa.array([r["label"] for r in rows], pa.int64()),
+        "category": pa.array([r["category"] for r in rows], pa.string()),
+    })
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=False, store_schema=False)
+    return buf.getvalue()
+
+
 # ---- manifest ----------------------------------------------------------------------------------------------
 
 def manifest_path(cache):

@@ -43,9 +43,38 @@ def parse_args(argv=None):
     p.add_argument("--model", default=CONFIG["model"], help="model resource id from resources.lock.json")
     p.add_argument("--no-sort-samples", action="store_true",
                    help="reproduce lm-eval 0.4.9.2's doc_id defect by passing indices unsorted (the run must stop)")
+    p.add_argument("--fast", action="store_true",
+                   help="also score with the fast mode of the independent path (batched) and report its max abs "
+                        "diff and argmax changes against parity mode, which stays the bit-exact comparison")
+    p.add_argument("--no-cache", action="store_true",
+                   help="bypass the result cache (CACHE/results.sqlite): recompute every independent score, "
+                        "store nothing; the official path is never served from the cache either way")
+    p.add_argument("--limit", type=int, metavar="N",
+                   help="lm-eval's own limit: score only its first N documents (experiments that implement it: "
+                        "mctaco). Refused where documents are parts of a group unless --allow-partial-groups")
+    p.add_argument("--allow-partial-groups", action="store_true",
+                   help="with --limit: accept that the cut splits a question's candidates; the output lists every "
+                        "cut question and marks all metrics as computed on an incomplete set")
     args = p.parse_args(argv)
     if args.smoke and args.split == "confirm":
         p.error("--smoke takes development items; it cannot be combined with --split confirm")
+    if args.allow_partial_groups and args.limit is None:
+        fail("--allow-partial-groups only applies together with --limit N")
+    if args.limit is not None:
+        import importlib
+
+        if args.limit < 1 or args.smoke:
+            fail(f"--limit {args.limit}: expected N >= 1, without --smoke (the two select documents differently)")
+        mods = {n: importlib.import_module(f"experiments.{n}") for n in (args.experiment or EXPERIMENTS)}
+        unsupported = [n for n, m in mods.items() if not getattr(m, "SUPPORTS_LIMIT", False)]
+        grouped = [n for n, m in mods.items() if getattr(m, "DOCUMENTS_ARE_GROUP_PARTS", False)]
+        if unsupported:
+            fail(f"--limit is not implemented for experiment(s) {', '.join(unsupported)}; name one that implements "
+                 f"it, e.g. --experiment mctaco")
+        if grouped and not args.allow_partial_groups:
+            fail(f"--limit {args.limit} refused: {', '.join(grouped)} documents are parts of a group (one per "
+                 f"candidate answer of a question), so the first {args.limit} documents can cut a question's "
+                 f"candidates and make acc/F1/EM misleading; add --allow-partial-groups to accept it")
     return args
 
 
@@ -75,12 +104,12 @@ def verified_inputs(cache, model_id, data_id):
 
 def run_identity(env, config, model_identity, data_entry, result):
     """The full identity of this run: a cached score may only serve a request whose identity matches all of it."""
-    scoring_keys = ["dtype", "attn_implementation", "threads", "device", "batch_size", "max_input_tokens",
-                    "target_delimiter", "num_fewshot", "tie_rule", "sst2_choices"]
-    scoring = {k: config[k] for k in scoring_keys}
+    scoring = config  # config.py holds every setting that can change a score, so all of it is identity
     return {
         "model_sha256": model_identity["model_sha256"], "tokenizer_sha256": model_identity["tokenizer_sha256"],
-        "data_content_sha256": data_entry["content_sha256"], "prompt_template_sha256": result["prompt_template_sha256"],
+        # an experiment with its own data (mctaco) names it; the others score the --data resource
+        "data_content_sha256": result["config"].get("data_content_sha256", data_entry["content_sha256"]),
+        "prompt_template_sha256": result["prompt_template_sha256"],
         "scoring_config": scoring,
         "scoring_config_sha256": hashlib.sha256(json.dumps(scoring, sort_keys=True).encode()).hexdigest(),
         "git_commit": env["git_commit"], "git_dirty": env["git_dirty"], "code_sha256": env["code_sha256"],
@@ -172,6 +201,8 @@ def main(argv=None):
                 write_json(tmp / "identity.json", identity)
                 write_jsonl(tmp / "records.jsonl", result["records"])
                 write_json(tmp / "summary.json", result["summary"])
+                for fname, content in result.get("public", {}).items():
+                    resources.atomic_write_text(tmp / fname, content)
                 for fname, content in result["private"].items():
                     resources.atomic_write_text(tmp_private / fname, content)
             write_json(tmp / "stages.json", {"stages": stages.stages, "tokens": result["token_stats"],

@@ -1,2 +1,2 @@
 """One module per study. EXPERIMENTS lists them in the order `run.py --smoke` runs them."""
-EXPERIMENTS = ["protocol"]
+EXPERIMENTS = ["protocol", "options", "harness", "mctaco", "extraction"]

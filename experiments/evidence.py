@@ -60,9 +60,9 @@ def git_identity():
 
 
 def code_sha256():
-    """Hash of the code that can change a score (top-level scripts + experiments/), independent of git."""
-    files = sorted([*REPO.glob("*.py"), *REPO.glob("experiments/*.py")])
-    return sha256_bytes(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in files))
+    """Hash of the code that can change a score (top-level scripts, experiments/, harness/), independent of git."""
+    files = sorted([*REPO.glob("*.py"), *REPO.glob("experiments/*.py"), *REPO.glob("harness/*.py")])
+    return sha256_bytes(b"".join(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes() for p in files))
 
 
 def environment(threads):

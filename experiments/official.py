@@ -31,8 +31,12 @@ def file_hashes(extra=()):
     return {rel: hashlib.sha256((LM_EVAL_DIR / rel).read_bytes()).hexdigest() for rel in [*PATH_FILES, *extra]}
 
 
-def task_config(yaml_rel, parquet_path):
-    """The installed task YAML as lm-eval loads it, with only custom_dataset added."""
+def task_config(yaml_rel, parquet_path, evaluate_validation=False):
+    """The installed task YAML as lm-eval loads it, with only custom_dataset added.
+
+    evaluate_validation: for a YAML that also names a test split (lm-eval's eval_docs takes the test split whenever
+    test_split is set: lm_eval/api/task.py:688-696), set test_split to None so that the served validation split is
+    the one evaluated. That is a change of which split is read (data transport), recorded by the caller."""
     from lm_eval.utils import load_yaml_config
 
     cfg = load_yaml_config(str(LM_EVAL_DIR / yaml_rel))
@@ -46,6 +50,8 @@ def task_config(yaml_rel, parquet_path):
         return datasets.DatasetDict({"validation": validation, "train": validation.select([])})
 
     cfg["custom_dataset"] = serve_verified_parquet
+    if evaluate_validation:
+        cfg["test_split"] = None
     return cfg
 
 
@@ -58,12 +64,16 @@ def make_lm(model_dir, config):
                 attn_implementation=config["attn_implementation"], logits_cache=True)
 
 
-def evaluate(lm, cfg, task_name, indices, seed):
-    """simple_evaluate on exactly `indices` (passed through as given: the caller decides their order)."""
+def evaluate(lm, cfg, task_name, indices, seed, limit=None):
+    """simple_evaluate on exactly `indices` (passed through as given: the caller decides their order).
+
+    indices None: no `samples` argument, so lm-eval selects the documents itself: every document (limit None), or
+    its own `limit` (the first `limit` documents of eval_docs, see experiments/mctaco.py SHUFFLE_SOURCE)."""
     from lm_eval import evaluator
 
     return evaluator.simple_evaluate(
-        model=lm, tasks=[cfg], samples={task_name: list(indices)}, log_samples=True, bootstrap_iters=0,
+        model=lm, tasks=[cfg], samples=None if indices is None else {task_name: list(indices)}, limit=limit,
+        log_samples=True, bootstrap_iters=0,
         cache_requests=False, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
         fewshot_random_seed=seed)
 
@@ -80,3 +90,53 @@ def loglikelihood(lm, pairs):
     requests = [Instance(request_type="loglikelihood", doc={}, arguments=(ctx, cont), idx=i)
                 for i, (ctx, cont) in enumerate(pairs)]
     return [(float(ll), bool(greedy)) for ll, greedy in lm.loglikelihood(requests)]
+
+
+
+_MC_TASKS = {}
+
+
+def _mc_task(choices):
+    """A minimal in-memory lm-eval multiple_choice task whose doc_to_choice is `choices` (built once per list).
+
+    Config: output_type multiple_choice, doc_to_text "{{text}}", doc_to_target "gold", metrics acc and acc_norm,
+    everything else lm-eval's TaskConfig defaults (target delimiter " ", no chat template). Only lm-eval's own
+    request construction and metric code are used from it; the data it is built on is one empty document."""
+    from lm_eval.api.task import ConfigurableTask
+
+    key = tuple(choices)
+    if key not in _MC_TASKS:
+        def one_doc(**_metadata):
+            import datasets
+
+            return datasets.DatasetDict({"validation": datasets.Dataset.from_dict({"text": [""], "gold": [0]})})
+
+        import logging
+
+        log = logging.getLogger("lm_eval")
+        level = log.level
+        log.setLevel(logging.ERROR)  # its warnings (default aggregation, --metadata hint) are about this stub task
+        try:
+            _MC_TASKS[key] = ConfigurableTask(config={
+                "task": "mc_metrics", "custom_dataset": one_doc, "validation_split": "validation",
+                "output_type": "multiple_choice", "doc_to_text": "{{text}}", "doc_to_target": "gold",
+                "doc_to_choice": list(choices), "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}]})
+        finally:
+            log.setLevel(level)
+    return _MC_TASKS[key]
+
+
+def multiple_choice_requests(choices, context):
+    """lm-eval's ConfigurableTask.construct_requests: the (context, delimiter + choice) pair of every choice."""
+    task = _mc_task(choices)
+    return [tuple(inst.arguments) for inst in task.construct_requests({"text": context, "gold": 0}, context)]
+
+
+def multiple_choice_results(choices, gold, results):
+    """lm-eval's ConfigurableTask.process_results (acc, acc_norm) for one multiple-choice document.
+
+    `choices` are the displayed choice strings without the target delimiter (as doc_to_choice returns them),
+    `gold` the index of the correct one, `results` the (loglikelihood, is_greedy) pairs in choice order."""
+    out = _mc_task(choices).process_results({"text": "", "gold": int(gold)},
+                                            [(float(l), bool(g)) for l, g in results])
+    return {"acc": float(out["acc"]), "acc_norm": float(out["acc_norm"])}

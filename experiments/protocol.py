@@ -8,18 +8,23 @@ Read top to bottom: select items -> build prompts -> official run -> independent
 compare -> evidence.
 """
 import hashlib
+import time
 
 import pyarrow.parquet as pq
 import torch
 from tqdm import tqdm
 
-from experiments import official, scoring
+from experiments import fast_scoring, official, result_cache, scoring
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import select
 
 NAME = "protocol"
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 TASK_NAME = "sst2"
+
+
+def prompt_template_sha256(config):
+    return hashlib.sha256(config["sst2_prompt"].encode("utf-8")).hexdigest()
 
 
 def load_rows(parquet_path):
@@ -93,20 +98,55 @@ def run_official(ctx, items, parquet_path):
 
 
 def run_independent(ctx, items):
+    """Parity mode (scoring.py), each candidate score served from / stored into the result cache unless
+    --no-cache; with --fast, also fast mode (fast_scoring.py) on the same loaded model. Returns
+    (scores by idx, meta, fast results or None)."""
     from adapter import load_model, load_tokenizer
 
     config = ctx["config"]
+    args = ctx["args"]
     with ctx["stages"].stage("independent_model_load"):
         tokenizer = load_tokenizer(ctx["model_dir"])
         model = load_model(ctx["model_dir"], config)
-    out = {}
+    cache = result_cache.open_for(ctx, "independent-parity", prompt_template_sha256(config))
+    out, n_cached, n_items_cached = {}, 0, 0
     with ctx["stages"].stage("independent"):
-        for it in tqdm(items, desc="independent scoring", unit="item"):
-            out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
-                                                      config["max_input_tokens"], f"idx {it['idx']}")
+        for n, it in enumerate(tqdm(items, desc="independent scoring", unit="item"), start=1):
+            where = f"idx {it['idx']}"
+            if cache is None:
+                out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
+                                                          config["max_input_tokens"], where)
+            else:
+                out[it["idx"]], k = result_cache.score_candidates_cached(
+                    cache, model, tokenizer, it["prompt"], it["candidates"], config["max_input_tokens"], where,
+                    {"idx": it["idx"], "sentence_sha256": scoring.sha256_text(it["sentence"])})
+                n_cached += k
+                n_items_cached += k == len(it["candidates"])
+            result_cache.kill_hook(n)                 # test hook (EVAL_TEST_KILL_AFTER_ITEMS); no-op otherwise
+    n_cands = sum(len(v) for v in out.values())
+    cache_stats = result_cache.disabled_stats() if cache is None else cache.stats()
+    cache_stats.update(candidate_scores=n_cands, from_cache=n_cached, computed=n_cands - n_cached,
+                       items_from_cache=n_items_cached)
+    if cache is not None:
+        cache.close()
     meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
-            "torch_threads": torch.get_num_threads()}
-    return out, meta
+            "torch_threads": torch.get_num_threads(), "result_cache": cache_stats}
+    fast = run_fast(ctx, items, model, tokenizer) if getattr(args, "fast", False) else None
+    return out, meta, fast
+
+
+def run_fast(ctx, items, model, tokenizer):
+    """Fast mode at the configured batch size and at batch size 1 (the batch-size invariance figures)."""
+    config = ctx["config"]
+    requests = [(it["idx"], it["prompt"], it["candidates"]) for it in items]
+    runs = {}
+    for name, bs in (("fast", config["fast_batch_size"]), ("fast_batch1", 1)):
+        with ctx["stages"].stage(f"independent_{name}"):
+            t0 = time.perf_counter()
+            scores, stats = fast_scoring.score_candidates_fast(model, tokenizer, requests, config["max_input_tokens"],
+                                                               bs, config["fast_max_batch_tokens"])
+            runs[name] = {"scores": scores, "stats": {**stats, "wall_s": round(time.perf_counter() - t0, 4)}}
+    return runs
 
 
 def join_and_check(items, samples, boundaries, independent):
@@ -195,6 +235,67 @@ def summarise(records, split, meta):
     }
 
 
+def diff_figures(a, b):
+    """{max_abs_diff, n_argmax_changes, n_scores_equal} between two {idx: [score, ...]} maps."""
+    diffs = [abs(x - y) for i in a for x, y in zip(a[i], b[i])]
+    return {"max_abs_diff": max(diffs), "n_scores": len(diffs), "n_scores_equal": sum(d == 0.0 for d in diffs),
+            "n_argmax_changes": sum(scoring.argmax_first(a[i]) != scoring.argmax_first(b[i]) for i in a),
+            "argmax_changed_idx": [i for i in a if scoring.argmax_first(a[i]) != scoring.argmax_first(b[i])]}
+
+
+def compare_fast(records, fast, cache_stats, config, stages):
+    """Fast mode against parity mode on this run's items, and batch size 1 against N (summary["fast"]).
+    Adds each record's fast scores; returns (summary section, mismatch rows)."""
+    parity = {r["idx"]: r["independent"]["scores"] for r in records}
+    fast_n = {i: [c["score"] for c in v] for i, v in fast["fast"]["scores"].items()}
+    fast_1 = {i: [c["score"] for c in v] for i, v in fast["fast_batch1"]["scores"].items()}
+    bad = []
+    for r in records:
+        got = fast["fast"]["scores"][r["idx"]]
+        if [c["token_ids"] for c in got] != [c["token_ids"] for c in r["candidates"]]:
+            bad.append((r["idx"], "fast token ids", [c["token_ids"] for c in r["candidates"]],
+                        [c["token_ids"] for c in got]))
+        r["fast"] = {"scores": fast_n[r["idx"]], "scores_batch1": fast_1[r["idx"]],
+                     "pred": scoring.argmax_first(fast_n[r["idx"]])}
+        d = max(abs(x - y) for x, y in zip(parity[r["idx"]], fast_n[r["idx"]]))
+        if r["fast"]["pred"] != r["independent"]["pred"] or d > config["fast_tolerance"]:
+            bad.append((r["idx"], "fast vs parity scores", parity[r["idx"]], fast_n[r["idx"]]))
+    wall = {s["name"]: s["wall_s"] for s in stages}
+    n, k = cache_stats["candidate_scores"], cache_stats["from_cache"]
+    source = ("computed in this run (parity mode, one sequence per forward pass)" if k == 0 else
+              "the result cache (parity-mode scores of an earlier run with the same full identity)" if k == n else
+              f"mixed: {k} of {n} parity scores from the result cache, the rest computed in this run")
+    section = {
+        "parity_source": source, "parity_from_cache": k, "n_candidates": n,
+        "batch_size": config["fast_batch_size"], "max_batch_tokens": config["fast_max_batch_tokens"],
+        "tolerance": config["fast_tolerance"], "passed": not bad,
+        "vs_parity": diff_figures(parity, fast_n),
+        "batch_invariance": {
+            f"parity_vs_fast_batch{config['fast_batch_size']}": diff_figures(parity, fast_n),
+            "parity_vs_fast_batch1": diff_figures(parity, fast_1),
+            f"fast_batch1_vs_batch{config['fast_batch_size']}": diff_figures(fast_1, fast_n),
+        },
+        "wall_s": {"parity": wall.get("independent"), "fast": wall.get("independent_fast"),
+                   "fast_batch1": wall.get("independent_fast_batch1"),
+                   "note": "parity wall time includes cache lookups; near zero when served from the cache"},
+        "work": {name: fast[name]["stats"] for name in ("fast", "fast_batch1")},
+    }
+    return section, bad
+
+
+def cache_headline(cache_stats, fast_summary):
+    c = cache_stats
+    text = (f"; independent scores from the result cache: {c['from_cache']}/{c['candidate_scores']}"
+            + (f" ({c['corrupted']} corrupted rows detected and recomputed)" if c["corrupted"] else "")
+            if c["enabled"] else "; result cache off (--no-cache)")
+    if fast_summary:
+        v = fast_summary["vs_parity"]
+        text += (f"; fast mode (batch {fast_summary['batch_size']}): max |fast - parity| = {v['max_abs_diff']:.3g}, "
+                 f"{v['n_argmax_changes']} argmax changes, {fast_summary['wall_s']['fast']} s vs parity "
+                 f"{fast_summary['wall_s']['parity']} s")
+    return text
+
+
 def headline(s):
     return (f"{s['n_items']} items, {s['n_candidates']} candidates: official {s['official']['correct']}/{s['n_items']}, "
             f"independent {s['independent']['correct']}/{s['n_items']}, max |official - independent| = "
@@ -210,7 +311,7 @@ def run(ctx):
 
     samples, boundaries, official_meta = run_official(ctx, items, ctx["parquet_path"])
     check_task_config(official_meta["dumped_task_config"], config)
-    independent, independent_meta = run_independent(ctx, items)
+    independent, independent_meta, fast = run_independent(ctx, items)
     for key in ("model_dtype", "attn_implementation", "torch_threads"):
         if official_meta[key] != independent_meta[key]:
             raise IdentityMismatch("the two paths loaded the model differently",
@@ -222,6 +323,12 @@ def run(ctx):
         if bad:
             raise IdentityMismatch(f"{len(bad)} items differ between the official and independent scores", bad)
         summary = summarise(records, split, official_meta)
+        if fast is not None:
+            summary["fast"], bad = compare_fast(records, fast, independent_meta["result_cache"], config,
+                                                stages.stages)
+            if bad:
+                raise IdentityMismatch("fast mode disagrees with parity mode (an argmax changed or a score moved "
+                                       f"more than fast_tolerance={config['fast_tolerance']})", bad)
 
     token_counts = [r["context_tokens"] + len(c["token_ids"]) for r in records for c in r["candidates"]]
     ctx_counts = [r["context_tokens"] for r in records]
@@ -240,5 +347,5 @@ def run(ctx):
              "n_items": len(records), "n_candidates": len(token_counts)}
     return {"config": config_out, "records": records, "summary": summary, "token_stats": stats,
             "private": {"texts.jsonl": jsonl(texts)},
-            "headline": headline(summary),
-            "prompt_template_sha256": hashlib.sha256(config["sst2_prompt"].encode("utf-8")).hexdigest()}
+            "headline": headline(summary) + cache_headline(independent_meta["result_cache"], summary.get("fast")),
+            "prompt_template_sha256": prompt_template_sha256(config)}

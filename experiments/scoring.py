@@ -61,6 +61,23 @@ def candidate_logprob(model, ctx_ids, cand_ids):
     return float(picked.sum())
 
 
+@torch.no_grad()
+def candidate_logprob_memo(model, ctx_ids, cand_ids, memo):
+    """candidate_logprob with the forward pass memoised on the exact input ids (context + candidate[:-1]).
+
+    The same computation as candidate_logprob, run once per distinct input sequence: candidates that leave the
+    model the identical input (one-token candidates after one context) read their token's log-probability from
+    the same rows. The caller owns `memo` (a dict) and clears it when the contexts change."""
+    key = tuple((ctx_ids + cand_ids)[:-1])
+    if key not in memo:
+        inp = torch.tensor([list(key)], dtype=torch.long)
+        memo[key] = torch.log_softmax(model(inp).logits, dim=-1)[0]       # [L-1, vocab], fp32
+    first = len(ctx_ids) - 1
+    rows = memo[key][first:first + len(cand_ids)]
+    picked = torch.gather(rows, 1, torch.tensor(cand_ids, dtype=torch.long).unsqueeze(1)).squeeze(1)
+    return float(picked.sum())
+
+
 def argmax_first(scores):
     """Index of the largest score; the first one wins a tie."""
     best = 0
@@ -70,12 +87,16 @@ def argmax_first(scores):
     return best
 
 
-def score_candidates(model, tokenizer, context, candidates, limit, where=""):
-    """Score every candidate of one item: token ids, start boundary and summed log-probability for each."""
+def score_candidates(model, tokenizer, context, candidates, limit, where="", memo=None):
+    """Score every candidate of one item: token ids, start boundary and summed log-probability for each.
+
+    With `memo` (a dict owned by the caller) identical input sequences share one forward pass
+    (candidate_logprob_memo); without it every candidate gets its own forward pass."""
     scored = []
     for cand in candidates:
         ctx_ids, cand_ids = encode_pair(tokenizer, context, cand, where)
         check_length(len(ctx_ids) + len(cand_ids), limit, where)
-        scored.append({"text": cand, "token_ids": cand_ids, "start": len(ctx_ids),
-                       "score": candidate_logprob(model, ctx_ids, cand_ids)})
+        score = (candidate_logprob(model, ctx_ids, cand_ids) if memo is None
+                 else candidate_logprob_memo(model, ctx_ids, cand_ids, memo))
+        scored.append({"text": cand, "token_ids": cand_ids, "start": len(ctx_ids), "score": score})
     return scored

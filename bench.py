@@ -1,0 +1,300 @@
+"""Time the scorers on the same SST-2 requests and compare them with the hardware's FLOP floor.
+
+    python bench.py --cache ./cache --n 200                       # the sentiment fixture (offline), 200 items
+    python bench.py --cache ./cache --data glue-sst2              # any prepared SST-2-shaped data, all rows
+
+Methods (each in a fresh subprocess, so peak RSS is per method; the timed span is scoring only, after the model
+is loaded and one untimed warm-up item):
+    lm_eval_b1    lm-eval 0.4.9.2 HFLM.loglikelihood, batch size 1 (the official path's settings)
+    lm_eval_b16   the same at batch size 16
+    parity        the independent path in parity mode (experiments/scoring.py: one sequence per forward pass)
+    fast          the independent path in fast mode (experiments/fast_scoring.py, config fast_batch_size)
+
+Requests: the official SST-2 prompt for the first N rows in idx order, candidates " negative" and " positive".
+The FLOP floor is computed exactly from the model's config.json and the token counts of these requests:
+
+    FLOPs = 2 * N_nonemb * T + 2 * d_model * V * R
+    N_nonemb = layers * (d*(heads*hd) + 2*d*(kv_heads*hd) + (heads*hd)*d + 3*d*d_ff)   (the matmul weights)
+    T = tokens that must pass through the layers (each distinct context once, plus multi-token candidates' tokens)
+    R = output-layer rows that are scored (one per distinct context for one-token candidates)
+
+(attention scores, norms and activations are not counted: the floor is a lower bound), and floor_s = FLOPs /
+the sgemm rate measured in the same run (torch.mm of 4096 x 4096 fp32 matrices with the configured threads,
+best of several, measured before and after the methods; the higher is used). Writes bench.json (--out).
+Wall times are measurements of this machine at this moment: the load average is recorded next to them.
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from config import CONFIG
+
+REPO = Path(__file__).resolve().parent
+METHODS = ["lm_eval_b1", "lm_eval_b16", "parity", "fast"]
+
+
+# ---- worker side (one method per process) ---------------------------------------------------------------------
+
+def _peak_rss_bytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def worker(method, spec_path, result_path):
+    spec = json.loads(Path(spec_path).read_text())
+    config = dict(CONFIG, **spec["config"])
+    import torch
+
+    torch.set_num_threads(config["threads"])
+    reqs = spec["requests"]                     # [{"context", "candidates"}]
+    t0 = time.perf_counter()
+    if method.startswith("lm_eval_b"):
+        from experiments import official
+
+        config["batch_size"] = int(method[len("lm_eval_b"):])
+        lm = official.make_lm(spec["model_dir"], config)
+        pairs = [(r["context"], c) for r in reqs for c in r["candidates"]]
+        load_s = time.perf_counter() - t0
+        official.loglikelihood(lm, pairs[:2])                               # warm-up (untimed)
+        t1 = time.perf_counter()
+        flat = [ll for ll, _ in official.loglikelihood(lm, pairs)]
+        wall = time.perf_counter() - t1
+        scores, k = [], 0
+        for r in reqs:
+            scores.append(flat[k:k + len(r["candidates"])])
+            k += len(r["candidates"])
+        extra = {"batch_size": config["batch_size"]}
+    else:
+        from adapter import load_model, load_tokenizer
+        from experiments import fast_scoring, scoring
+
+        tok = load_tokenizer(spec["model_dir"])
+        model = load_model(spec["model_dir"], config)
+        load_s = time.perf_counter() - t0
+        limit = config["max_input_tokens"]
+        if method == "parity":
+            scoring.score_candidates(model, tok, reqs[0]["context"], reqs[0]["candidates"], limit)   # warm-up
+            t1 = time.perf_counter()
+            scores = [[c["score"] for c in scoring.score_candidates(model, tok, r["context"], r["candidates"], limit)]
+                      for r in reqs]
+            wall = time.perf_counter() - t1
+            extra = {"forward_passes": sum(len(r["candidates"]) for r in reqs)}
+        elif method == "fast":
+            bs, mbt = config["fast_batch_size"], config["fast_max_batch_tokens"]
+            items = [(i, r["context"], r["candidates"]) for i, r in enumerate(reqs)]
+            fast_scoring.score_candidates_fast(model, tok, items[:2], limit, bs, mbt)              # warm-up
+            t1 = time.perf_counter()
+            res, stats = fast_scoring.score_candidates_fast(model, tok, items, limit, bs, mbt)
+            wall = time.perf_counter() - t1
+            scores = [[c["score"] for c in res[i]] for i in range(len(reqs))]
+            extra = dict(stats)
+        else:
+            raise SystemExit(f"unknown method {method!r}")
+    Path(result_path).write_text(json.dumps({
+        "method": method, "wall_s": wall, "load_s": load_s, "peak_rss_bytes": _peak_rss_bytes(),
+        "threads": torch.get_num_threads(), "scores": scores, "extra": extra}))
+
+
+def sgemm_worker(result_path, n=4096, reps=5):
+    import torch
+
+    torch.set_num_threads(CONFIG["threads"])
+    torch.manual_seed(0)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - t)
+    Path(result_path).write_text(json.dumps({"n": n, "reps": reps, "best_s": min(times),
+                                             "gflops": 2 * n ** 3 / min(times) / 1e9,
+                                             "threads": torch.get_num_threads()}))
+
+
+# ---- parent side ----------------------------------------------------------------------------------------------
+
+def flop_model(model_config):
+    c = model_config
+    d, ff, layers, vocab = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
+    heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or d // heads
+    per_layer = d * heads * hd + 2 * d * kv * hd + heads * hd * d + 3 * d * ff
+    return {"d_model": d, "d_ff": ff, "layers": layers, "heads": heads, "kv_heads": kv, "head_dim": hd,
+            "vocab": vocab, "n_nonemb_matmul_params": layers * per_layer, "per_layer": per_layer}
+
+
+def build_requests(parquet, n, config):
+    from experiments.protocol import load_rows
+
+    rows = load_rows(parquet)
+    rows = rows if n is None else rows[:n]
+    cands = [config["target_delimiter"] + c for c in config["sst2_choices"]]
+    return [{"idx": r["idx"], "label": r["label"], "context": config["sst2_prompt"].format(sentence=r["sentence"]),
+             "candidates": cands} for r in rows]
+
+
+def count_work(model_dir, reqs, config):
+    """T and R of the floor, from the tokenised requests (the fast mode's plan without padding)."""
+    from adapter import load_tokenizer
+    from experiments import fast_scoring, scoring
+
+    tok = load_tokenizer(model_dir)
+    treqs, ctx_tokens = [], 0
+    for r in reqs:
+        pairs = [scoring.encode_pair(tok, r["context"], c) for c in r["candidates"]]
+        treqs.append(fast_scoring.TokenRequest(ctx_ids=pairs[0][0], cands=[p[1] for p in pairs]))
+        ctx_tokens += len(pairs[0][0])
+    p = fast_scoring.plan(treqs, batch_size=1, max_batch_tokens=10 ** 9)
+    t = sum(len(tr.ids) for tr in p.trunks) + sum(len(b.ids) for b in p.branches)
+    rows = sum(1 for tr in p.trunks if tr.row_picks) + sum(len({pos for pos, _, _ in b.picks}) for b in p.branches)
+    return {"T_tokens": t, "R_rows": rows, "context_tokens": ctx_tokens, "n_items": len(reqs),
+            "n_candidates": sum(len(r["candidates"]) for r in reqs)}
+
+
+def run_sub(args, timeout):
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(REPO / "bench.py"), *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench worker {args[:2]} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+def diff_vs(ref, other):
+    from experiments.scoring import argmax_first
+
+    diffs = [abs(a - b) for x, y in zip(ref, other) for a, b in zip(x, y)]
+    return {"max_abs_diff": max(diffs), "n_argmax_changes": sum(argmax_first(x) != argmax_first(y)
+                                                                for x, y in zip(ref, other)),
+            "n_scores_equal": sum(d == 0.0 for d in diffs)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cache", default="cache", help="cache directory filled by prepare.py (default ./cache)")
+    ap.add_argument("--data", default=CONFIG["data"], help="SST-2-shaped data resource id (default the fixture)")
+    ap.add_argument("--model", default=CONFIG["model"], help="model resource id")
+    ap.add_argument("--n", type=int, default=None, help="first N rows in idx order (default: all)")
+    ap.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
+    ap.add_argument("--out", default="bench.json", help="where to write the results (default bench.json)")
+    ap.add_argument("--timeout", type=float, default=3600, help="per-method timeout in seconds")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--spec", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker == "sgemm":
+        return sgemm_worker(args.result)
+    if args.worker:
+        return worker(args.worker, args.spec, args.result)
+
+    import run
+    from resources import ResourceError, fail
+
+    methods = [m for m in args.methods.split(",") if m]
+    if not methods or any(m not in METHODS for m in methods):
+        ap.error(f"--methods: expected a comma-separated subset of {','.join(METHODS)}")
+    try:
+        model_dir, parquet, model_identity, data_entry = run.verified_inputs(args.cache, args.model, args.data)
+    except ResourceError as e:
+        fail(str(e))
+    config = dict(CONFIG, model=args.model, data=args.data)
+    reqs = build_requests(parquet, args.n, config)
+    work = count_work(model_dir, reqs, config)
+    fm = flop_model(json.loads((Path(model_dir) / "config.json").read_text()))
+    flops = 2 * fm["n_nonemb_matmul_params"] * work["T_tokens"] + 2 * fm["d_model"] * fm["vocab"] * work["R_rows"]
+    load_before = os.getloadavg()
+    print(f"bench: {len(reqs)} items of {args.data}, {work['n_candidates']} candidates, {work['context_tokens']} "
+          f"context tokens, model {args.model}, threads {config['threads']}, load average {load_before[0]:.2f}")
+    print(f"FLOP floor = 2 * N_nonemb * T + 2 * d_model * V * R\n"
+          f"  N_nonemb = {fm['layers']} layers * (d*(h*hd) + 2*d*(kv*hd) + (h*hd)*d + 3*d*d_ff) = {fm['layers']} * "
+          f"({fm['d_model']}*{fm['heads'] * fm['head_dim']} + 2*{fm['d_model']}*{fm['kv_heads'] * fm['head_dim']} + "
+          f"{fm['heads'] * fm['head_dim']}*{fm['d_model']} + 3*{fm['d_model']}*{fm['d_ff']}) = "
+          f"{fm['n_nonemb_matmul_params']:,}\n"
+          f"  T = {work['T_tokens']:,} tokens, R = {work['R_rows']:,} rows, d_model = {fm['d_model']}, "
+          f"V = {fm['vocab']:,}\n"
+          f"  FLOPs = 2*{fm['n_nonemb_matmul_params']:,}*{work['T_tokens']:,} + 2*{fm['d_model']}*{fm['vocab']:,}"
+          f"*{work['R_rows']:,} = {flops:,} ({flops / 1e12:.4f} TFLOP)")
+
+    results, sgemm = {}, []
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        spec = Path(tmp) / "spec.json"
+        spec.write_text(json.dumps({"model_dir": str(model_dir), "requests": reqs,
+                                    "config": {"model": args.model, "data": args.data}}))
+
+        def measure_sgemm():
+            out = Path(tmp) / f"sgemm{len(sgemm)}.json"
+            run_sub(["--worker", "sgemm", "--result", str(out)], 600)
+            sgemm.append(json.loads(out.read_text()))
+            print(f"  sgemm: {sgemm[-1]['gflops']:.1f} GFLOPS (torch.mm {sgemm[-1]['n']}^2 fp32, "
+                  f"{sgemm[-1]['threads']} threads, best of {sgemm[-1]['reps']})")
+
+        measure_sgemm()
+        for m in methods:
+            out = Path(tmp) / f"{m}.json"
+            t0 = time.perf_counter()
+            run_sub(["--worker", m, "--spec", str(spec), "--result", str(out)], args.timeout)
+            results[m] = json.loads(out.read_text())
+            results[m]["process_wall_s"] = time.perf_counter() - t0
+            print(f"  {m}: {results[m]['wall_s']:.2f} s scoring (+{results[m]['load_s']:.1f} s load), "
+                  f"peak RSS {results[m]['peak_rss_bytes'] / 2**20:.0f} MiB")
+        measure_sgemm()
+    load_after = os.getloadavg()
+
+    gflops = max(s["gflops"] for s in sgemm)
+    floor_s = flops / (gflops * 1e9)
+    ref = "parity" if "parity" in results else None
+    base = results.get("lm_eval_b16")
+    table = []
+    for m in methods:
+        r = results[m]
+        row = {"method": m, "wall_s": round(r["wall_s"], 3), "items_per_s": round(len(reqs) / r["wall_s"], 3),
+               "context_tokens_per_s": round(work["context_tokens"] / r["wall_s"], 1),
+               "speedup_vs_lm_eval_b16": round(base["wall_s"] / r["wall_s"], 3) if base else None,
+               "x_flop_floor": round(r["wall_s"] / floor_s, 3),
+               "achieved_gflops": round(flops / r["wall_s"] / 1e9, 1),
+               "peak_rss_mib": round(r["peak_rss_bytes"] / 2**20, 1), "load_s": round(r["load_s"], 2)}
+        if ref:
+            row.update({f"vs_{ref}_{k}": v for k, v in diff_vs(results[ref]["scores"], r["scores"]).items()})
+        table.append(row)
+
+    hdr = (f"{'method':<12} {'wall s':>8} {'items/s':>8} {'tok/s':>8} {'vs lm-eval b16':>14} {'x floor':>8} "
+           f"{'GFLOPS':>7} {'peak RSS MiB':>12} {'max|d| vs parity':>16} {'argmax chg':>10}")
+    print(f"\nFLOP floor {flops / 1e12:.4f} TFLOP at {gflops:.1f} GFLOPS = {floor_s:.2f} s; load average "
+          f"{load_before[0]:.2f} before, {load_after[0]:.2f} after; {config['threads']} threads\n{hdr}")
+    for row in table:
+        sp = f"{row['speedup_vs_lm_eval_b16']:.2f}x" if row["speedup_vs_lm_eval_b16"] else "-"
+        print(f"{row['method']:<12} {row['wall_s']:>8.2f} {row['items_per_s']:>8.2f} "
+              f"{row['context_tokens_per_s']:>8.0f} {sp:>14} {row['x_flop_floor']:>7.2f}x {row['achieved_gflops']:>7.1f} "
+              f"{row['peak_rss_mib']:>12.0f} {row.get('vs_parity_max_abs_diff', float('nan')):>16.3g} "
+              f"{row.get('vs_parity_n_argmax_changes', '-'):>10}")
+    targets = {}
+    if "fast" in results:
+        f = next(r for r in table if r["method"] == "fast")
+        targets = {"fast_within_1.25x_of_floor": f["x_flop_floor"] <= 1.25,
+                   "fast_at_least_1.3x_faster_than_lm_eval_b16": (f["speedup_vs_lm_eval_b16"] or 0) >= 1.3
+                   if base else None,
+                   "peak_rss_under_2GB_all_methods": all(r["peak_rss_mib"] * 2**20 < 2e9 for r in table)}
+        print("targets: " + ", ".join(f"{k}={v}" for k, v in targets.items()))
+    report = {
+        "data": args.data, "model": args.model, "n_items": len(reqs), "threads": config["threads"],
+        "fast_batch_size": config["fast_batch_size"], "fast_max_batch_tokens": config["fast_max_batch_tokens"],
+        "work": work, "flop_model": fm,
+        "flop_formula": "2 * N_nonemb * T + 2 * d_model * V * R", "flops": flops, "sgemm": sgemm,
+        "sgemm_gflops_used": gflops, "flop_floor_s": floor_s, "load_average_before": load_before,
+        "load_average_after": load_after, "cpu_count": os.cpu_count(), "table": table, "targets": targets,
+        "timed_span": "scoring only: after model load and one untimed warm-up; tokenisation included",
+        "command_line": sys.argv,
+    }
+    Path(args.out).write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,441 @@
+"""Answer extraction (seed study 001): one set of greedy generations, three scorers, a pre-registered human audit.
+
+Read top to bottom: select items -> choose and write the audit sample (before any model is loaded) -> render chat
+prompts -> greedy generation through transformers -> cross-check with lm-eval's HFLM.generate_until -> score every
+generation three ways (exact string, strict JSON, lm-eval's RegexFilter + TakeFirstFilter, and the independent
+regex re-implementation that must agree on every item) -> paired tables and failure categories -> review page.
+
+The model answers a chat prompt (SmolLM2's chat template, its default system message) asking for a JSON object
+with one key "sentiment". Greedy, max_new_tokens from config, fp32, CPU, one sequence at a time; only the newly
+generated tokens are scored (the terminating eos removed). An input over max_input_tokens is an error.
+
+Public records carry hashes and scores; the prompts and generations go to O/private/extraction/. The audit sample
+is written to O/extraction.preregistration.json before the model is loaded; its sha256 is in config.json. The
+human-review figures are null here: they exist only once a filled sheet is imported (audit.py --review SHEET).
+"""
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import torch
+from tqdm import tqdm
+
+import resources
+from experiments import extraction_scorers as S
+from experiments import scoring
+from experiments.evidence import IdentityMismatch, jsonl
+from experiments.extraction_sample import AUDIT_RULE, choose_audit_sample, class_weights
+from experiments.review_page import build_review_page
+from experiments.selection import select
+
+NAME = "extraction"
+PREREGISTRATION_FILE = "extraction.preregistration.json"     # in O/, written before the model is loaded
+SCORERS = ("exact", "strict", "regex")
+LM_EVAL_FILES = ["filters/__init__.py", "filters/extraction.py", "filters/selection.py", "api/filter.py",
+                 "api/instance.py", "api/registry.py", "models/huggingface.py", "models/utils.py"]
+HUMAN_REVIEW_NULL = {
+    "sheet": None, "n_reviewed": None, "n_decidable_undisputed": None, "disagreement_rate": None,
+    "false_positives": None, "false_negatives": None, "weighted_disagreement_rate": None,
+    "note": "no filled review sheet imported: the human-review figures are null, never estimated "
+            "(fill O/private/extraction/review.html, export the sheet, run audit.py O --review SHEET)",
+}
+
+
+def sha256_text(text):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def utc_now():
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def load_rows(parquet_path):
+    cols = pq.read_table(parquet_path).to_pydict()
+    return [{"idx": int(i), "label": int(l), "sentence": s}
+            for s, l, i in zip(cols["sentence"], cols["label"], cols["idx"])]
+
+
+# ---- 1. the pre-registered audit sample (no model, no text, no output) ------------------------------------------
+
+def preregistration(ctx, rows, idx_list):
+    """The audit sample and everything needed to recompute it, as the exact bytes written to O/."""
+    config = ctx["config"]
+    labels = config["extraction_labels"]
+    idx_labels = [(i, rows[i]["label"]) for i in idx_list]
+    sample = choose_audit_sample(idx_labels, config["extraction_audit_salt"], config["extraction_audit_per_class"])
+    for s in sample:
+        s["label_name"] = labels[s["label"]]
+        s["sentence_sha256"] = sha256_text(rows[s["idx"]]["sentence"])
+    return {
+        "format": "extraction-audit-sample/v1", "experiment": NAME, "split": ctx["split"],
+        "rule": AUDIT_RULE, "salt": config["extraction_audit_salt"],
+        "per_class": config["extraction_audit_per_class"],
+        "population": {"data": ctx["data_id"], "data_content_sha256": ctx["data_content_sha256"],
+                       "item_idx": list(idx_list), "labels": [l for _, l in idx_labels]},
+        "class_weights": class_weights(idx_labels, sample),
+        "weighted_estimate_rule": config["extraction_weighted_estimate_rule"],
+        "items": sample,
+        "created_at_utc": utc_now(),
+        "created_before": "the model and tokenizer are loaded and any text is generated",
+    }
+
+
+def write_preregistration(out, prereg):
+    text = json.dumps(prereg, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    path = Path(out) / PREREGISTRATION_FILE
+    resources.atomic_write_text(path, text)
+    if path.read_text(encoding="utf-8") != text:
+        raise IdentityMismatch("the pre-registration file does not read back as written",
+                               [(None, str(path), "written", "read back differently")])
+    return path, sha256_text(text)
+
+
+# ---- 2. prompts and generation -----------------------------------------------------------------------------------
+
+def render_prompt(tokenizer, user_message):
+    """SmolLM2's chat template with its default system message, ending with the assistant turn header."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": user_message}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def build_items(rows, idx_list, config, tokenizer):
+    items = []
+    for rank, idx in enumerate(idx_list):
+        row = rows[idx]
+        assert row["idx"] == idx, f"row at position {idx} has idx {row['idx']}"
+        # str.replace, not str.format: a brace in a review must not be interpreted
+        user = config["extraction_user_prompt"].replace("{sentence}", row["sentence"])
+        prompt = render_prompt(tokenizer, user)
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        scoring.check_length(len(ids), config["max_input_tokens"], f"idx {idx}")
+        items.append({"idx": idx, "rank": rank, "label": row["label"],
+                      "label_name": config["extraction_labels"][row["label"]], "sentence": row["sentence"],
+                      "user_message": user, "prompt": prompt, "input_ids": ids})
+    return items
+
+
+@torch.no_grad()
+def greedy_generate(model, input_ids, max_new_tokens, eos_id):
+    """model.generate, greedy (do_sample=False, one beam), no padding; returns the new token ids only."""
+    from transformers import GenerationConfig
+
+    gen = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=eos_id,
+                           pad_token_id=eos_id, bos_token_id=model.generation_config.bos_token_id)
+    inp = torch.tensor([input_ids], dtype=torch.long)
+    out = model.generate(inp, attention_mask=torch.ones_like(inp), generation_config=gen)
+    new = out[0, len(input_ids):].tolist()
+    if out[0, :len(input_ids)].tolist() != list(input_ids):
+        raise scoring.ScoringError("model.generate returned a sequence that does not start with the input")
+    return new
+
+
+def finish_reason(new_ids, eos_id, max_new_tokens, where):
+    if eos_id in new_ids[:-1]:
+        raise scoring.ScoringError(f"{where}: eos inside the generation, not at its end")
+    if new_ids and new_ids[-1] == eos_id:
+        return "eos"
+    if len(new_ids) == max_new_tokens:
+        return "length"
+    raise scoring.ScoringError(f"{where}: generation of {len(new_ids)} tokens ended without eos before the limit")
+
+
+def generate_all(ctx, items):
+    from adapter import load_model, load_tokenizer
+
+    config, stages = ctx["config"], ctx["stages"]
+    n_new = config["extraction_max_new_tokens"]
+    with stages.stage("model_load"):
+        model = load_model(ctx["model_dir"], config)
+        tokenizer = load_tokenizer(ctx["model_dir"])
+    eos_id = tokenizer.eos_token_id
+    started = utc_now()
+    with stages.stage("generate"):
+        for it in tqdm(items, desc="greedy generation", unit="item"):
+            new = greedy_generate(model, it["input_ids"], n_new, eos_id)
+            it["finish_reason"] = finish_reason(new, eos_id, n_new, f"idx {it['idx']}")
+            text_ids = new[:-1] if it["finish_reason"] == "eos" else new
+            it["generated_ids"] = new
+            it["generation"] = tokenizer.decode(text_ids, skip_special_tokens=False)
+    meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
+            "torch_threads": torch.get_num_threads(), "eos_token_id": eos_id,
+            "eos_token": tokenizer.convert_ids_to_tokens(eos_id),
+            "generate_call": {"do_sample": False, "num_beams": 1, "max_new_tokens": n_new, "eos_token_id": eos_id,
+                              "pad_token_id": eos_id, "attention_mask": "all ones (one sequence, no padding)"},
+            "decode": "tokenizer.decode(new ids without the final eos, skip_special_tokens=False)",
+            "generation_started_utc": started, "generation_finished_utc": utc_now()}
+    del model
+    return meta
+
+
+# ---- 3. the official path: lm-eval's generate_until and filters ---------------------------------------------------
+
+def lm_eval_generate_until(ctx, items):
+    """HFLM.generate_until on the same chat-rendered contexts, `until` empty so only eos stops it.
+
+    max_length = max_input_tokens + max_new_tokens, so HFLM's left truncation (to max_length - max_gen_toks) can
+    never cut an admissible input."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    config, stages = ctx["config"], ctx["stages"]
+    n_new = config["extraction_max_new_tokens"]
+    settings = {"pretrained": str(ctx["model_dir"]), "device": config["device"], "dtype": config["dtype"],
+                "batch_size": config["batch_size"], "max_length": config["max_input_tokens"] + n_new,
+                "attn_implementation": config["attn_implementation"]}
+    with stages.stage("lm_eval_model_load"):
+        lm = HFLM(**settings)
+    gen_kwargs = {"until": [], "max_gen_toks": n_new, "do_sample": False}
+    requests = [Instance(request_type="generate_until", doc={"idx": it["idx"]},
+                         arguments=(it["prompt"], dict(gen_kwargs)), idx=0) for it in items]
+    with stages.stage("lm_eval_generate_until"):
+        texts = lm.generate_until(requests)
+        encodings = [lm.tok_batch_encode([it["prompt"]])[0][0].tolist() for it in items]
+    meta = {"hflm": settings, "gen_kwargs": gen_kwargs, "model_dtype": str(lm.model.dtype),
+            "torch_threads": torch.get_num_threads(),
+            "stop_sequences": "until=[] -> lm-eval adds the eos string, so only eos (or the length limit) stops it"}
+    del lm
+    return texts, encodings, meta
+
+
+def lm_eval_filter_config(config):
+    """The task-YAML filter_list entry this experiment's official extraction is, in lm-eval's own terms."""
+    return {"name": "extract", "filter": [
+        {"function": "regex", "regex_pattern": config["extraction_regex"], "group_select": 0,
+         "fallback": config["extraction_regex_fallback"]},
+        {"function": "take_first"}]}
+
+
+def lm_eval_extract(config, texts):
+    """lm-eval's FilterEnsemble (RegexFilter then TakeFirstFilter, built from its registry) on instances whose
+    resps are [generation], the nested list shape a task's filters receive. Returns one string per text."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.filters import build_filter_ensemble
+
+    spec = lm_eval_filter_config(config)
+    ensemble = build_filter_ensemble(spec["name"], [
+        [f["function"], {k: v for k, v in f.items() if k != "function"} or None] for f in spec["filter"]])
+    instances = []
+    for i, t in enumerate(texts):
+        inst = Instance(request_type="generate_until", doc={}, arguments=("", {}), idx=0, metadata=("x", i, 1))
+        inst.resps = [t]
+        instances.append(inst)
+    ensemble.apply(instances)
+    return [inst.filtered_resps[spec["name"]] for inst in instances]
+
+
+# ---- 4. scoring, paired tables, failure categories ----------------------------------------------------------------
+
+def score_item(it, official_extraction, labels, fallback):
+    text, label = it["generation"], it["label_name"]
+    strict = S.strict_scores(text, label, labels)
+    matches = S.regex_matches(text)
+    independent = S.regex_extract(text, fallback)
+    pred = S.regex_prediction(official_extraction, labels, fallback)
+    return {
+        "exact": {"correct": S.exact_correct(text, label)},
+        "strict": strict,
+        "regex": {"official": official_extraction, "independent": independent, "n_matches": len(matches),
+                  "pred": pred, "correct": int(pred == label)},
+        "categories": S.categories(text, it["finish_reason"], strict["reason"]),
+    }
+
+
+def paired(records, a, b):
+    ra = {r["idx"]: r[a]["correct"] for r in records}
+    rb = {r["idx"]: r[b]["correct"] for r in records}
+    idx = [r["idx"] for r in records]
+    return {"a": a, "b": b,
+            "both_correct": sum(ra[i] and rb[i] for i in idx), "neither": sum(not ra[i] and not rb[i] for i in idx),
+            "only_a": sum(ra[i] and not rb[i] for i in idx), "only_b": sum(rb[i] and not ra[i] for i in idx),
+            "only_a_idx": [i for i in idx if ra[i] and not rb[i]],
+            "only_b_idx": [i for i in idx if rb[i] and not ra[i]]}
+
+
+def pattern_table(records):
+    """Items per (exact, strict, regex) correctness pattern, e.g. '001' = only regex counts it right."""
+    table = {}
+    for r in records:
+        key = "".join(str(r[s]["correct"]) for s in SCORERS)
+        table.setdefault(key, []).append(r["idx"])
+    return {k: {"n": len(v), "idx": v} for k, v in sorted(table.items())}
+
+
+def summarise(records, split, config, lm_eval_meta, prereg, prereg_sha):
+    n = len(records)
+    labels = config["extraction_labels"]
+    counts = {str(k): sum(r["label"] == k for r in records) for k in range(len(labels))}
+    reasons = {k: sum(r["strict"]["reason"] == k for r in records) for k in S.STRICT_REASONS}
+    cats = {k: sum(r["categories"][k] for r in records) for k in
+            ("no_match", "several_matches", "conflicting_matches", "format_failure", "length_stop")}
+    # failure categories among the items the regex scorer counts wrong / right
+    cats_wrong = {k: sum(r["categories"][k] for r in records if not r["regex"]["correct"]) for k in cats}
+    cats_right = {k: sum(r["categories"][k] for r in records if r["regex"]["correct"]) for k in cats}
+    preds = [r["regex"]["pred"] for r in records]
+    gen = {"n_compared": n, "n_identical": sum(r["lm_eval_generate_until"]["identical"] for r in records),
+           "n_input_ids_identical": sum(r["lm_eval_generate_until"]["input_ids_identical"] for r in records)}
+    gen["all_identical"] = gen["n_identical"] == n and gen["n_input_ids_identical"] == n
+    gen["mismatch_idx"] = [r["idx"] for r in records if not r["lm_eval_generate_until"]["identical"]]
+    return {
+        "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm", "n_items": n,
+        "label_counts": counts,
+        # answering one label every time, scored like the regex scorer: what "correct" means without reading
+        "constant_answer_baselines": {f"always_{l}": sum(r["label_name"] == l for r in records) for l in labels},
+        "scorers": {
+            "exact": {"correct": sum(r["exact"]["correct"] for r in records),
+                      "accuracy": sum(r["exact"]["correct"] for r in records) / n},
+            "strict": {"correct": sum(r["strict"]["correct"] for r in records),
+                       "accuracy": sum(r["strict"]["correct"] for r in records) / n,
+                       "format_ok": sum(r["strict"]["format_ok"] for r in records), "reasons": reasons},
+            "regex": {"correct": sum(r["regex"]["correct"] for r in records),
+                      "accuracy": sum(r["regex"]["correct"] for r in records) / n,
+                      "pred_counts": {**{l: preds.count(l) for l in labels}, "none": preds.count(None)}},
+        },
+        "paired": {f"{a}_vs_{b}": paired(records, a, b) for a, b in (("exact", "strict"), ("exact", "regex"),
+                                                                     ("strict", "regex"))},
+        "patterns": pattern_table(records),
+        "match_failures": {"all": cats, "regex_wrong": cats_wrong, "regex_right": cats_right},
+        "finish_reasons": {k: sum(r["finish_reason"] == k for r in records) for k in ("eos", "length")},
+        "regex_agreement": {"n_items": n, "n_mismatches": sum(r["regex"]["official"] != r["regex"]["independent"]
+                                                               for r in records)},
+        "lm_eval_generate_until": {**gen, "ran": lm_eval_meta is not None} if lm_eval_meta is not None
+        else {"ran": False, "n_compared": 0, "n_identical": None, "n_input_ids_identical": None,
+              "all_identical": None, "mismatch_idx": []},
+        "audit_sample": {"preregistration_sha256": prereg_sha, "n": len(prereg["items"]),
+                         "idx": [s["idx"] for s in prereg["items"]],
+                         "per_class": {str(k): sum(s["label"] == k for s in prereg["items"])
+                                       for k in range(len(labels))}},
+        "human_review": dict(HUMAN_REVIEW_NULL),
+    }
+
+
+def headline(s):
+    sc, n = s["scorers"], s["n_items"]
+    g = s["lm_eval_generate_until"]
+    gen = (f"lm-eval generate_until identical on {g['n_identical']}/{n}" if g["ran"]
+           else "lm-eval generate_until cross-check not run")
+    return (f"{n} items: exact {sc['exact']['correct']}/{n}, strict JSON {sc['strict']['correct']}/{n}, regex "
+            f"{sc['regex']['correct']}/{n} (official = independent on {n - s['regex_agreement']['n_mismatches']}/{n}); "
+            f"{gen}; {s['finish_reasons']['length']} length stops; audit sample of {s['audit_sample']['n']} "
+            "pre-registered; human review: no sheet (figures null)")
+
+
+# ---- the experiment ------------------------------------------------------------------------------------------------
+
+def run(ctx):
+    from experiments import official
+
+    config, split, stages = ctx["config"], ctx["split"], ctx["stages"]
+    out = Path(ctx.get("out") or ctx["args"].out)
+    labels = config["extraction_labels"]
+    fallback = config["extraction_regex_fallback"]
+    n_new = config["extraction_max_new_tokens"]
+
+    with stages.stage("selection"):
+        rows = load_rows(ctx["parquet_path"])
+        if [r["idx"] for r in rows] != list(range(len(rows))):
+            raise IdentityMismatch("data rows are not in idx order 0..n-1", [(None, "idx order", None, None)])
+        idx_list = select(split, config["selection_salt"], len(rows), config["n_dev"], config["n_confirm"],
+                          config["n_smoke"])
+    # The audit sample is chosen and written now: nothing model-related exists yet in this process's run.
+    with stages.stage("audit_sample_preregistration"):
+        prereg = preregistration(ctx, rows, idx_list)
+        prereg_path, prereg_sha = write_preregistration(out, prereg)
+
+    from adapter import load_tokenizer
+
+    with stages.stage("prompts"):
+        tokenizer = load_tokenizer(ctx["model_dir"])
+        items = build_items(rows, idx_list, config, tokenizer)
+    gen_meta = generate_all(ctx, items)
+
+    lm_meta, lm_texts, lm_enc = None, None, None
+    if config["extraction_crosscheck_lm_eval"]:
+        lm_texts, lm_enc, lm_meta = lm_eval_generate_until(ctx, items)
+        if lm_meta["model_dtype"] != gen_meta["model_dtype"] or lm_meta["torch_threads"] != gen_meta["torch_threads"]:
+            raise IdentityMismatch("transformers and lm-eval generated with different settings",
+                                   [(None, "dtype/threads", lm_meta["model_dtype"], gen_meta["model_dtype"])])
+
+    with stages.stage("score"):
+        official_extractions = lm_eval_extract(config, [it["generation"] for it in items])
+        records, private_rows, bad = [], [], []
+        for k, it in enumerate(items):
+            sc = score_item(it, official_extractions[k], labels, fallback)
+            if sc["regex"]["official"] != sc["regex"]["independent"]:
+                bad.append((it["idx"], "regex extraction", sc["regex"]["official"], sc["regex"]["independent"]))
+            lm = ({"identical": lm_texts[k] == it["generation"], "text_sha256": sha256_text(lm_texts[k]),
+                   "input_ids_identical": lm_enc[k] == it["input_ids"]} if lm_meta is not None else
+                  {"identical": None, "text_sha256": None, "input_ids_identical": None})
+            in_sample = next((s["position"] for s in prereg["items"] if s["idx"] == it["idx"]), None)
+            records.append({
+                "idx": it["idx"], "rank": it["rank"], "label": it["label"], "label_name": it["label_name"],
+                "sentence_sha256": sha256_text(it["sentence"]), "user_message_sha256": sha256_text(it["user_message"]),
+                "prompt_sha256": sha256_text(it["prompt"]), "input_tokens": len(it["input_ids"]),
+                "generated_tokens": len(it["generated_ids"]), "finish_reason": it["finish_reason"],
+                "generation_sha256": sha256_text(it["generation"]),
+                "generated_ids_sha256": sha256_text(json.dumps(it["generated_ids"])),
+                **sc, "lm_eval_generate_until": lm, "audit_position": in_sample,
+            })
+            private_rows.append({"idx": it["idx"], "sentence": it["sentence"], "user_message": it["user_message"],
+                                 "prompt": it["prompt"], "generation": it["generation"],
+                                 "generated_ids": it["generated_ids"],
+                                 "lm_eval_generation": lm_texts[k] if lm_meta is not None else None})
+        if bad:
+            raise IdentityMismatch(f"{len(bad)} items: lm-eval's RegexFilter+TakeFirstFilter and the independent "
+                                   "regex extraction differ", bad)
+        summary = summarise(records, split, config, lm_meta, prereg, prereg_sha)
+
+    with stages.stage("review_page"):
+        by_idx = {it["idx"]: it for it in items}
+        review_items = [{"position": s["position"], "idx": s["idx"], "label_name": s["label_name"],
+                         "sentence": by_idx[s["idx"]]["sentence"], "answer": by_idx[s["idx"]]["generation"],
+                         "finish_reason": by_idx[s["idx"]]["finish_reason"],
+                         "generated_tokens": len(by_idx[s["idx"]]["generated_ids"]),
+                         "sentence_sha256": s["sentence_sha256"],
+                         "answer_sha256": sha256_text(by_idx[s["idx"]]["generation"])} for s in prereg["items"]]
+        page = build_review_page(review_items, {"experiment": NAME, "split": split,
+                                                "preregistration_sha256": prereg_sha, "max_new_tokens": n_new,
+                                                "labels": labels})
+
+    if prereg_path.read_text(encoding="utf-8") != json.dumps(prereg, indent=1, sort_keys=True,
+                                                             ensure_ascii=False) + "\n":
+        raise IdentityMismatch("the pre-registration file changed during the run",
+                               [(None, str(prereg_path), prereg_sha, "changed")])
+    in_tok = [len(it["input_ids"]) for it in items]
+    gen_tok = [len(it["generated_ids"]) for it in items]
+    config_out = {
+        "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
+        "data": ctx["data_id"], "data_content_sha256": ctx["data_content_sha256"], "n_rows": len(rows),
+        "selection": {"salt": config["selection_salt"], "rule": config["selection_rule"], "n_dev": config["n_dev"],
+                      "n_confirm": config["n_confirm"], "n_smoke": config["n_smoke"], "split": split,
+                      "item_idx": idx_list},
+        "audit_sample": {"preregistration_file": PREREGISTRATION_FILE, "preregistration_sha256": prereg_sha,
+                         "preregistration": prereg},
+        "prompt": {"user_template": config["extraction_user_prompt"],
+                   "chat_template_sha256": sha256_text(tokenizer.chat_template),
+                   "chat_template": "the tokenizer's own (SmolLM2; its default system message), "
+                                    "add_generation_prompt=True",
+                   "tokenisation": "tokenizer(prompt, add_special_tokens=False)"},
+        "scorers": {"exact": "strip(output) == json.dumps({'sentiment': label})",
+                    "exact_reference_example": S.canonical_answer(labels[1]),
+                    "strict": "json.loads(whole output): object, exactly one key 'sentiment', no duplicate keys, "
+                              "value 'positive'|'negative' (lowercase), equal to the label",
+                    "strict_reasons": list(S.STRICT_REASONS),
+                    "regex": "lm-eval RegexFilter(first match, group_select 0, fallback) + TakeFirstFilter; "
+                             "prediction = match lowercased; independent re-implementation must agree"},
+        "config": config, "generation": gen_meta,
+        "official": {"lm_eval_version": official.version(), "filter_list": [lm_eval_filter_config(config)],
+                     "generate_until": lm_meta,
+                     "lm_eval_files_sha256": {rel: hashlib.sha256((official.LM_EVAL_DIR / rel).read_bytes())
+                                              .hexdigest() for rel in LM_EVAL_FILES}},
+        "model": ctx["model_identity"],
+    }
+    stats = {"input_tokens": {"min": min(in_tok), "max": max(in_tok), "total": sum(in_tok)},
+             "generated_tokens": {"min": min(gen_tok), "max": max(gen_tok), "total": sum(gen_tok),
+                                  "includes_eos": True},
+             "n_items": len(items)}
+    return {"config": config_out, "records": records, "summary": summary, "token_stats": stats,
+            "private": {"generations.jsonl": jsonl(private_rows), "review.html": page},
+            "headline": headline(summary),
+            "prompt_template_sha256": sha256_text(config["extraction_user_prompt"])}

@@ -1,0 +1,600 @@
+"""MC-TACO in lm-eval 0.4.9.2 (seed study 004): acc and corpus F1 on question-candidate documents, the paper's
+exact match per question, and what `--limit N` does to all three.
+
+lm-eval's mc_taco task (tasks/mc_taco/default.yaml) turns every MC-TACO question into one document per candidate
+answer: prompt "{sentence}\\nQuestion: {question}\\nAnswer: {answer}\\nPlausible:", choices " no" / " yes",
+gold = the row's label (0 no, 1 yes), metrics acc (mean over documents) and f1 (sklearn's binary F1 of class 1 =
+"yes" over all documents at once: lm_eval/api/metrics.py:61-70, fed (gold, pred) pairs by
+ConfigurableTask.process_results, lm_eval/api/task.py:1648). The MC-TACO paper's exact match (EM: a question counts
+only if every one of its candidates is judged right) is not an lm-eval metric in 0.4.9.2; it is computed here.
+
+Every document is scored twice, as in the protocol experiment: by lm-eval with the installed YAML (the data
+served through custom_dataset from the verified cache; test_split set to None so that the served validation split
+is what lm-eval evaluates, because eval_docs prefers a test split whenever the YAML names one:
+lm_eval/api/task.py:687-696), and by the independent path (experiments/scoring.py). The two are joined on document
+identity and must agree bit for bit. acc, F1 and EM are computed independently and compared with lm-eval's.
+
+Documents: every row of the validation split in dataset order (--smoke: every row of the first 2 questions, whole
+questions only; --limit N --allow-partial-groups: lm-eval's own first N documents, cut groups listed and every
+metric marked as computed on an incomplete set). The limit demonstration re-runs lm-eval with limit=N for a few N
+and sets its figures next to the full ones, with the questions each N cuts; SHUFFLE_SOURCE below is what the
+pinned source says about shuffling before the cut (it is re-checked against the installed files at run time).
+
+Read top to bottom: data -> documents -> official run (+ limit runs) -> independent run -> identity join ->
+compare -> metrics -> limit table -> evidence.
+"""
+import hashlib
+import warnings
+
+import torch
+from tqdm import tqdm
+
+import resources
+from experiments import official, scoring
+from experiments.evidence import IdentityMismatch, jsonl
+
+NAME = "mctaco"
+TASK_YAML = "tasks/mc_taco/default.yaml"
+TASK_NAME = "mc_taco"
+# run.py reads these two: --limit is implemented here, and it cuts groups (a question's candidates), so run.py
+# refuses it unless --allow-partial-groups is given.
+SUPPORTS_LIMIT = True
+DOCUMENTS_ARE_GROUP_PARTS = True
+
+# What lm-eval 0.4.9.2 does with `limit` (file, first-last line, a snippet those lines must contain, what it means).
+# check_shuffle_source() re-reads the installed files and fails the run if a snippet moved.
+SHUFFLE_SOURCE = [
+    ("__main__.py", 368, 372, "--limit SHOULD ONLY BE USED FOR TESTING",
+     "the CLI only warns that limit is for testing"),
+    ("evaluator.py", 518, 527, "limit = get_sample_size(task, limit_arg)",
+     "evaluate(): limit = get_sample_size(task, limit); task.build_all_requests(limit=limit, samples=...)"),
+    ("evaluator_utils.py", 213, 218, "int(limit)",
+     "get_sample_size: an int limit is used as is (a fraction < 1 becomes ceil(len(eval_docs) * limit)); "
+     "nothing is drawn at random"),
+    ("api/task.py", 446, 450, "self.doc_iterator(",
+     "build_all_requests: the documents that get requests are list(self.doc_iterator(rank, limit, samples, ...))"),
+    ("api/task.py", 720, 727, "enumerate(self.eval_docs)",
+     "doc_iterator without samples: utils.create_iterator(enumerate(self.eval_docs), rank, limit, world_size)"),
+    ("utils.py", 555, 561, "return islice(raw_iterator, rank, limit, world_size)",
+     "create_iterator is itertools.islice: with one rank, documents 0..limit-1 in dataset order"),
+    ("api/task.py", 687, 696, "return self.test_docs()",
+     "eval_docs: the test split when the YAML names one (mc_taco does), else validation; the split as loaded"),
+    ("api/task.py", 989, 1002, "self.config.custom_dataset(",
+     "download: custom_dataset(...) or datasets.load_dataset(...) as stored; mc_taco has no process_docs"),
+    ("evaluator.py", 619, 624, "task.doc_iterator(",
+     "metrics: the post-processing loop re-iterates doc_iterator with the same limit (the same first N docs)"),
+]
+NO_SHUFFLE_FILES = ["evaluator.py", "evaluator_utils.py", "api/task.py", "utils.py"]
+
+
+# ---- data ------------------------------------------------------------------------------------------------------
+
+def load_rows(ctx):
+    """The MC-TACO resource named by config.mctaco_data, re-hashed through the manifest (nothing unverified is
+    read), its canonical content re-checked against the manifest and the lock."""
+    cache, data_id = ctx["cache"], ctx["config"]["mctaco_data"]
+    try:
+        manifest = resources.load_manifest(cache)
+        entry = resources.verify_resource_files(cache, data_id, manifest)
+        if entry.get("schema") != "mctaco":
+            raise resources.ResourceError(f"{cache / resources.MANIFEST}: resource {data_id!r} is not MC-TACO-shaped "
+                                          f"data (schema {entry.get('schema')!r}); set config mctaco_data")
+        parquet = cache / "data" / data_id / "validation.parquet"
+        if str(parquet.relative_to(cache)) not in entry["files"]:
+            raise resources.ResourceError(f"{parquet}: not listed in the manifest; run: python prepare.py --cache {cache}")
+        rows = resources.read_mctaco_parquet(parquet)
+        lock_entry = resources.load_lock()["data"].get(data_id, {})
+        resources.verify_mctaco_rows(rows, {**lock_entry, "content_sha256": entry["content_sha256"]}, str(parquet))
+        if lock_entry.get("content_sha256") != entry["content_sha256"]:
+            raise resources.ResourceError(f"{parquet}: prepared with content sha256 {entry['content_sha256']}, the lock "
+                                          f"pins {lock_entry.get('content_sha256')}; run: python prepare.py --cache {cache}")
+    except resources.ResourceError as e:
+        resources.fail(str(e))
+    return rows, parquet, entry
+
+
+def select_documents(ctx, rows, questions):
+    """(documents as row idx list, selection record). Whole questions unless --limit cut them."""
+    config, split, args = ctx["config"], ctx["split"], ctx["args"]
+    limit = getattr(args, "limit", None)
+    if split == "confirm":
+        resources.fail("mctaco: there are no held-back confirmation items for MC-TACO (the confirmation rule in "
+                       "DESIGN.md selects SST-2 items); run it without --split confirm")
+    if limit is not None:
+        if not getattr(args, "allow_partial_groups", False):  # run.py refuses this before any model is loaded
+            resources.fail("mctaco: --limit cuts questions into partial groups; add --allow-partial-groups")
+        if not 1 <= limit <= len(rows):
+            resources.fail(f"mctaco: --limit {limit} is outside 1..{len(rows)} (the split has {len(rows)} documents)")
+        return list(range(limit)), {"rule": f"lm-eval's own limit={limit}: the first {limit} documents it selects",
+                                    "mode": "limit", "limit": limit}
+    if split == "smoke":
+        k = config["mctaco_smoke_questions"]
+        idx = sorted(i for q in questions[:k] for i in q["idx"])
+        return idx, {"rule": f"every document of the first {k} questions in dataset order", "mode": "smoke",
+                     "limit": None}
+    return [r["idx"] for r in rows], {"rule": "every document of the validation split in dataset order",
+                                      "mode": "all", "limit": None}
+
+
+def build_items(rows, doc_idx, questions, config):
+    """Prompt and candidates per document, from the row's fields and config (not from lm-eval)."""
+    qinfo = {}
+    for q in questions:
+        for pos, i in enumerate(q["idx"]):
+            qinfo[i] = (q, pos)
+    items = []
+    for i in doc_idx:
+        r = rows[i]
+        q, pos = qinfo[i]
+        prompt = config["mctaco_prompt"].format(sentence=r["sentence"], question=r["question"], answer=r["answer"])
+        items.append({"idx": i, "question_id": q["question_id"], "question_rank": q["question_rank"],
+                      "candidate_rank": pos, "label": r["label"], "category": r["category"],
+                      "sentence": r["sentence"], "question": r["question"], "answer": r["answer"], "prompt": prompt,
+                      "candidates": [config["target_delimiter"] + c for c in config["mctaco_choices"]]})
+    return items
+
+
+def group_status(doc_idx, questions):
+    """Questions touched by a document set, split into complete and cut (some but not all candidates present)."""
+    present = set(doc_idx)
+    complete, cut = [], []
+    for q in questions:
+        kept = [i for i in q["idx"] if i in present]
+        if not kept:
+            continue
+        if len(kept) == len(q["idx"]):
+            complete.append(q)
+        else:
+            cut.append({"question_id": q["question_id"], "question_rank": q["question_rank"],
+                        "n_candidates": len(q["idx"]), "n_scored": len(kept), "scored_idx": kept})
+    return complete, cut
+
+
+# ---- metrics (independent) -------------------------------------------------------------------------------------
+
+def accuracy(golds, preds):
+    return sum(int(g == p) for g, p in zip(golds, preds)) / len(golds) if golds else None
+
+
+def corpus_f1(golds, preds):
+    """F1 of the "yes" class (label 1) over the whole corpus at once: sklearn's binary f1_score, as lm-eval's f1
+    aggregation calls it. Never an average of per-item or per-question F1. 0.0 when there is no true positive
+    (sklearn's zero_division default; its UndefinedMetricWarning is silenced here, the counts say why)."""
+    from sklearn.metrics import f1_score
+
+    if not golds:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(f1_score(list(golds), list(preds)))
+
+
+def f1_counts(golds, preds):
+    tp = sum(1 for g, p in zip(golds, preds) if g == 1 and p == 1)
+    fp = sum(1 for g, p in zip(golds, preds) if g == 0 and p == 1)
+    fn = sum(1 for g, p in zip(golds, preds) if g == 1 and p == 0)
+    tn = sum(1 for g, p in zip(golds, preds) if g == 0 and p == 0)
+    return {"tp": tp, "fp": fp, "fn": fn, "tn": tn}
+
+
+def exact_match(questions, correct_by_idx):
+    """MC-TACO's EM over the given questions: a question counts if every one of its candidates is right."""
+    n_ok = sum(all(correct_by_idx[i] for i in q["idx"]) for q in questions)
+    return {"em": n_ok / len(questions) if questions else None, "n_correct_questions": n_ok,
+            "n_complete_questions": len(questions)}
+
+
+# ---- the official path -----------------------------------------------------------------------------------------
+
+def check_shuffle_source():
+    """Re-read the cited lines of the installed lm-eval; return the citations with a per-line check result."""
+    out, bad = [], []
+    for rel, lo, hi, snippet, what in SHUFFLE_SOURCE:
+        lines = (official.LM_EVAL_DIR / rel).read_text(encoding="utf-8").splitlines()[lo - 1:hi]
+        ok = any(snippet in line for line in lines)
+        out.append({"file": f"lm_eval/{rel}", "lines": f"{lo}-{hi}", "snippet": snippet, "found": ok, "says": what})
+        if not ok:
+            bad.append((None, f"lm_eval/{rel}:{lo}-{hi}", "snippet not found", snippet))
+    no_shuffle = {f"lm_eval/{rel}": "shuffle" not in (official.LM_EVAL_DIR / rel).read_text(encoding="utf-8")
+                  for rel in NO_SHUFFLE_FILES}
+    bad += [(None, f, "contains 'shuffle'", "expected none") for f, ok in no_shuffle.items() if not ok]
+    if bad:
+        raise IdentityMismatch("the installed lm-eval no longer matches the cited limit/shuffle source lines", bad)
+    return out, no_shuffle
+
+
+def run_official(ctx, items, parquet, selection, limit_ns):
+    """lm-eval on the documents (all of them, the smoke questions as sorted samples, or its own limit), then one
+    more lm-eval run per N of the limit demonstration, all on one HFLM."""
+    config = ctx["config"]
+    with ctx["stages"].stage("official_model_load"):
+        lm = official.make_lm(ctx["model_dir"], config)
+    seed = config["seed"]
+    mode = selection["mode"]
+    with ctx["stages"].stage("official"):
+        cfg = official.task_config(TASK_YAML, parquet, evaluate_validation=True)
+        if mode == "smoke":
+            passed = sorted(it["idx"] for it in items)
+            results = official.evaluate(lm, cfg, TASK_NAME, passed, seed)
+        else:
+            passed = None
+            results = official.evaluate(lm, cfg, TASK_NAME, None, seed, limit=selection["limit"])
+    limit_runs = {}
+    with ctx["stages"].stage("official_limit_runs"):
+        for n in tqdm(limit_ns, desc="lm-eval limit runs", unit="run"):
+            r = official.evaluate(lm, official.task_config(TASK_YAML, parquet, evaluate_validation=True), TASK_NAME,
+                                  None, seed, limit=n)
+            limit_runs[n] = {"results": r["results"][TASK_NAME], "n_samples": r["n-samples"][TASK_NAME],
+                             "samples": r["samples"][TASK_NAME]}
+    boundaries = {}
+    for it in items:
+        for cand in it["candidates"]:
+            boundaries[(it["idx"], cand)] = official.encode_pair(lm, it["prompt"], cand)
+    from lm_eval.utils import load_yaml_config
+
+    yaml_cfg = load_yaml_config(str(official.LM_EVAL_DIR / TASK_YAML))
+    dumped = results["configs"][TASK_NAME]
+    meta = {
+        "lm_eval_version": official.version(),
+        "task_yaml": TASK_YAML,
+        "task_yaml_sha256": hashlib.sha256((official.LM_EVAL_DIR / TASK_YAML).read_bytes()).hexdigest(),
+        "yaml_config": yaml_cfg,
+        "dumped_task_config": dumped,
+        "modifications": {
+            "custom_dataset": "serves the verified cache parquet as the validation split (+ an empty train split, "
+                              "unused: mc_taco names no training split); dataset_path 'mc_taco' is not loaded",
+            "test_split": {"yaml": yaml_cfg.get("test_split"), "used": None,
+                           "why": "lm-eval evaluates the test split whenever the YAML names one "
+                                  "(lm_eval/api/task.py:687-696 eval_docs); the issue asks for the validation "
+                                  "split, so test_split is set to None and eval_docs = validation"},
+        },
+        "lm_eval_files_sha256": official.file_hashes(extra=[TASK_YAML, "__main__.py"]),
+        "documents_passed_as_samples": passed,
+        "lm_eval_limit": selection["limit"],
+        "n_samples": results["n-samples"][TASK_NAME],
+        "reported": {"acc": float(results["results"][TASK_NAME]["acc,none"]),
+                     "f1": float(results["results"][TASK_NAME]["f1,none"])},
+        "model_dtype": str(lm.model.dtype),
+        "attn_implementation": lm.model.config._attn_implementation,
+        "torch_threads": torch.get_num_threads(),
+        "hflm": {"pretrained": str(ctx["model_dir"]), "device": config["device"], "dtype": config["dtype"],
+                 "batch_size": config["batch_size"], "max_length": config["max_input_tokens"],
+                 "attn_implementation": config["attn_implementation"], "logits_cache": True},
+        "should_decontaminate_note": "the YAML sets should_decontaminate: true; lm-eval 0.4.9.2's evaluator.py never "
+                                     "reads it (decontamination is a separate offline tool), so it changes nothing",
+    }
+    del lm
+    return results["samples"][TASK_NAME], boundaries, meta, limit_runs
+
+
+def check_task_config(meta, config):
+    """The dumped config must be the YAML as loaded, changed only in the data transport keys, and must say what
+    our independent prompt spec says."""
+    dumped, yaml_cfg = meta["dumped_task_config"], meta["yaml_config"]
+    bad = []
+    for k, v in yaml_cfg.items():
+        if k == "test_split":
+            if dumped.get(k) is not None:
+                bad.append((None, f"dumped_task_config.{k}", dumped.get(k), None))
+        elif dumped.get(k) != v:
+            bad.append((None, f"dumped_task_config.{k}", dumped.get(k), v))
+    expected = {
+        "doc_to_text": config["mctaco_prompt"].replace("{sentence}", "{{sentence}}").replace(
+            "{question}", "{{question}}").replace("{answer}", "{{answer}}"),
+        "doc_to_choice": config["mctaco_choices"], "doc_to_target": "label", "output_type": "multiple_choice",
+        "target_delimiter": config["target_delimiter"], "num_fewshot": config["num_fewshot"],
+        "validation_split": "validation", "metric_list": [{"metric": "acc"}, {"metric": "f1"}],
+    }
+    bad += [(None, k, dumped.get(k), v) for k, v in expected.items() if dumped.get(k) != v]
+    if bad:
+        raise IdentityMismatch("the official mc_taco task config differs from the YAML or from what this experiment "
+                               "implements", bad)
+
+
+# ---- the independent path --------------------------------------------------------------------------------------
+
+def run_independent(ctx, items):
+    from adapter import load_model, load_tokenizer
+
+    config = ctx["config"]
+    with ctx["stages"].stage("independent_model_load"):
+        tokenizer = load_tokenizer(ctx["model_dir"])
+        model = load_model(ctx["model_dir"], config)
+    out = {}
+    with ctx["stages"].stage("independent"):
+        for it in tqdm(items, desc="independent scoring", unit="doc"):
+            # one memo per document: " no" and " yes" are one token each, so both read the same forward pass
+            out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
+                                                      config["max_input_tokens"], f"idx {it['idx']}", memo={})
+    meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
+            "torch_threads": torch.get_num_threads()}
+    return out, meta
+
+
+# ---- join and compare ------------------------------------------------------------------------------------------
+
+def join_and_check(items, samples, boundaries, independent):
+    """Join every logged official sample to its document by doc_id and check each identity field."""
+    by_idx = {it["idx"]: it for it in items}
+    seen = [s["doc_id"] for s in samples]
+    bad = []
+    if sorted(seen) != sorted(by_idx) or len(set(seen)) != len(seen):
+        bad.append((None, "logged doc_ids", sorted(seen), sorted(by_idx)))
+    official_by_idx = {}
+    for s in samples:
+        it = by_idx.get(s["doc_id"])
+        if it is None:
+            continue
+        doc = s["doc"]
+        checks = [
+            ("label", doc.get("label"), it["label"]),
+            ("target", s["target"], it["label"]),
+            ("category", doc.get("category"), it["category"]),
+            ("sentence_sha256", scoring.sha256_text(doc.get("sentence", "")), scoring.sha256_text(it["sentence"])),
+            ("question_sha256", scoring.sha256_text(doc.get("question", "")), scoring.sha256_text(it["question"])),
+            ("answer_sha256", scoring.sha256_text(doc.get("answer", "")), scoring.sha256_text(it["answer"])),
+            ("prompt_sha256", [scoring.sha256_text(a[0]) for a in s["arguments"]],
+             [scoring.sha256_text(it["prompt"])] * len(it["candidates"])),
+            ("candidates", [a[1] for a in s["arguments"]], it["candidates"]),
+            ("f1 pair gold", int(s["f1"][0]), it["label"]),
+        ]
+        for cand, ind in zip(it["candidates"], independent[it["idx"]]):
+            ctx_ids, cand_ids = boundaries[(it["idx"], cand)]
+            checks.append((f"boundary {cand!r}", [len(ctx_ids), list(cand_ids)], [ind["start"], ind["token_ids"]]))
+        bad += [(s["doc_id"], field, o, i) for field, o, i in checks if o != i]
+        official_by_idx[s["doc_id"]] = s
+    if bad:
+        raise IdentityMismatch(f"{len({b[0] for b in bad})} logged samples do not match their documents", bad)
+    return official_by_idx
+
+
+def compare(items, official_by_idx, independent):
+    records, texts, bad = [], [], []
+    for it in items:
+        s = official_by_idx[it["idx"]]
+        off_scores = [float(r[0][0]) for r in s["resps"]]
+        ind = independent[it["idx"]]
+        ind_scores = [c["score"] for c in ind]
+        diffs = [abs(a - b) for a, b in zip(off_scores, ind_scores)]
+        off_pred, ind_pred = scoring.argmax_first(off_scores), scoring.argmax_first(ind_scores)
+        if any(d != 0.0 for d in diffs) or off_pred != ind_pred or int(s["f1"][1]) != off_pred:
+            bad.append((it["idx"], "scores", off_scores, ind_scores))
+        records.append({
+            "idx": it["idx"], "question_id": it["question_id"], "question_rank": it["question_rank"],
+            "candidate_rank": it["candidate_rank"], "label": it["label"], "category": it["category"],
+            "sentence_sha256": scoring.sha256_text(it["sentence"]),
+            "question_sha256": scoring.sha256_text(it["question"]),
+            "answer_sha256": scoring.sha256_text(it["answer"]),
+            "prompt_sha256": scoring.sha256_text(it["prompt"]),
+            "context_tokens": ind[0]["start"],
+            "candidates": [{"text": c["text"], "token_ids": c["token_ids"], "start": c["start"]} for c in ind],
+            "official": {"doc_id": s["doc_id"], "scores": off_scores, "is_greedy": [bool(r[0][1]) for r in s["resps"]],
+                         "pred": off_pred, "acc": float(s["acc"]), "f1_pair": [int(s["f1"][0]), int(s["f1"][1])],
+                         "doc_hash": s["doc_hash"], "prompt_hash": s["prompt_hash"]},
+            "independent": {"scores": ind_scores, "pred": ind_pred, "correct": int(ind_pred == it["label"])},
+            "abs_diff": diffs,
+        })
+        texts.append({"idx": it["idx"], "sentence": it["sentence"], "question": it["question"],
+                      "answer": it["answer"], "category": it["category"], "prompt": it["prompt"]})
+    return records, texts, bad
+
+
+# ---- the limit demonstration -----------------------------------------------------------------------------------
+
+def limit_ns_for(doc_idx, questions, config):
+    """The N of the demonstration: config.mctaco_limit_ns below the number of documents, plus (derived from the
+    data) a group boundary if none of them is one and a cut inside a group if none of them cuts."""
+    n_docs = len(doc_idx)
+    ends = sorted({max(q["idx"]) + 1 for q in questions if max(q["idx"]) + 1 < n_docs})
+    ns = {n: "config" for n in config["mctaco_limit_ns"] if 1 <= n < n_docs}
+    if ends and not any(n in ends for n in ns):
+        b = min(ends, key=lambda e: (abs(e - n_docs / 2), e))
+        ns[b] = "derived: a group boundary (no question cut)"
+    if not any(n not in ends for n in ns):
+        for e in [0] + ends:
+            if e + 2 < n_docs and e + 2 not in ends:
+                ns.setdefault(e + 2, "derived: inside a group")
+                break
+    return dict(sorted(ns.items()))
+
+
+def limit_table(ns, limit_runs, records, questions, reference):
+    """One row per N: lm-eval's own figures on its first N documents, what that selection was, the questions it
+    cuts, EM over complete vs cut questions; next to the reference (this run's whole document set)."""
+    by_idx = {r["idx"]: r for r in records}
+    correct = {r["idx"]: r["independent"]["correct"] for r in records}
+    rows = []
+    for n, kind in ns.items():
+        run = limit_runs[n]
+        samples = sorted(run["samples"], key=lambda s: s["doc_id"])
+        doc_ids = [s["doc_id"] for s in samples]
+        preds = [scoring.argmax_first([float(x[0][0]) for x in s["resps"]]) for s in samples]
+        diffs = [abs(float(x[0][0]) - y) for s in samples for x, y in
+                 zip(s["resps"], by_idx[s["doc_id"]]["official"]["scores"])] if all(d in by_idx for d in doc_ids) \
+            else None
+        labels = [by_idx[d]["label"] for d in doc_ids]
+        complete, cut = group_status(doc_ids, questions)
+        limit_correct = {d: int(p == by_idx[d]["label"]) for d, p in zip(doc_ids, preds)}
+        em_cut_all = None
+        if all(i in correct for c in cut for i in next(q for q in questions if q["question_id"] == c["question_id"])["idx"]):
+            cut_qs = [q for q in questions if q["question_id"] in {c["question_id"] for c in cut}]
+            em_cut_all = exact_match(cut_qs, correct)
+        rows.append({
+            "limit": n, "kind": kind,
+            "lm_eval": {"acc": float(run["results"]["acc,none"]), "f1": float(run["results"]["f1,none"]),
+                        "n_samples": run["n_samples"]},
+            "doc_ids": doc_ids, "doc_ids_are_first_n": doc_ids == list(range(n)), "preds": preds,
+            "max_abs_diff_vs_main_run": max(diffs) if diffs else None,
+            "recomputed": {"acc": accuracy(labels, preds), "f1": corpus_f1(labels, preds),
+                           "f1_counts": f1_counts(labels, preds)},
+            "questions_touched": len(complete) + len(cut), "n_complete_questions": len(complete),
+            "cut_questions": cut,
+            "em_complete_questions": exact_match(complete, limit_correct),
+            "em_cut_questions_on_scored_candidates": exact_match(
+                [{"idx": c["scored_idx"]} for c in cut], limit_correct),
+            "em_cut_questions_on_all_candidates": em_cut_all,
+            "delta_vs_reference": {"acc": float(run["results"]["acc,none"]) - reference["acc"],
+                                   "f1": float(run["results"]["f1,none"]) - reference["f1"]},
+        })
+    return rows
+
+
+def check_limit_rows(rows):
+    bad = []
+    for row in rows:
+        n = row["limit"]
+        if not row["doc_ids_are_first_n"]:
+            bad.append((None, f"limit {n} doc_ids", row["doc_ids"], list(range(n))))
+        if row["max_abs_diff_vs_main_run"] != 0.0:
+            bad.append((None, f"limit {n} scores vs main run", row["max_abs_diff_vs_main_run"], 0.0))
+        for k in ("acc", "f1"):
+            if row["lm_eval"][k] != row["recomputed"][k]:
+                bad.append((None, f"limit {n} {k}", row["lm_eval"][k], row["recomputed"][k]))
+    if bad:
+        raise IdentityMismatch("lm-eval's limit runs do not match the first N documents of the main run", bad)
+
+
+# ---- summary ---------------------------------------------------------------------------------------------------
+
+def summarise(records, questions, doc_idx, selection, split, meta, limit_rows, shuffle):
+    labels = [r["label"] for r in records]
+    complete, cut = group_status(doc_idx, questions)
+    incomplete = bool(cut)
+    scope = (f"INCOMPLETE SET: {len(cut)} question(s) cut (only some of their candidates scored); acc and F1 cover "
+             f"the {len(records)} scored documents, EM only the {len(complete)} complete questions" if incomplete
+             else f"complete set: every candidate of each of the {len(complete)} questions scored")
+    correct = {r["idx"]: r["independent"]["correct"] for r in records}
+
+    def side(pred_of):
+        preds = [pred_of(r) for r in records]
+        return {"correct": sum(int(p == l) for p, l in zip(preds, labels)), "acc": accuracy(labels, preds),
+                "f1": corpus_f1(labels, preds), "f1_counts": f1_counts(labels, preds),
+                "pred_counts": {"no": preds.count(0), "yes": preds.count(1)}, "computed_on": scope}
+
+    by_cat = {}
+    for cat in resources.MCTACO_CATEGORIES:
+        rs = [r for r in records if r["category"] == cat]
+        qs = [q for q in complete if q["category"] == cat]
+        if rs:
+            by_cat[cat] = {"n_documents": len(rs), "acc": accuracy([r["label"] for r in rs],
+                                                                    [r["independent"]["pred"] for r in rs]),
+                           **exact_match(qs, correct), "computed_on": scope}
+    diffs = [d for r in records for d in r["abs_diff"]]
+    ind = side(lambda r: r["independent"]["pred"])
+    reference = {"documents": len(records), "acc": ind["acc"], "f1": ind["f1"],
+                 "em": exact_match(complete, correct)["em"], "incomplete_set": incomplete}
+    return {
+        "experiment": NAME, "split": split, "confirmation_items_scored": False,
+        "selection": selection["mode"], "limit": selection["limit"],
+        "n_documents": len(records), "n_candidates": len(diffs),
+        "n_questions_touched": len(complete) + len(cut), "n_complete_questions": len(complete),
+        "label_counts": {"no": labels.count(0), "yes": labels.count(1)},
+        "incomplete_set": incomplete, "metrics_computed_on": scope, "cut_questions": cut,
+        "official": {**side(lambda r: r["official"]["pred"]), "lm_eval_reported": meta["reported"]},
+        "independent": {**ind, "em": {**exact_match(complete, correct), "computed_on": scope}},
+        "by_category": by_cat,
+        "baselines": {name: {"acc": accuracy(labels, [k] * len(labels)), "f1": corpus_f1(labels, [k] * len(labels)),
+                             "computed_on": scope} for k, name in ((0, "always_no"), (1, "always_yes"))},
+        "agreement": {"max_abs_diff": max(diffs), "n_candidate_score_mismatches": sum(d != 0.0 for d in diffs),
+                      "n_prediction_mismatches": sum(r["official"]["pred"] != r["independent"]["pred"]
+                                                     for r in records),
+                      "acc_official_vs_independent": [meta["reported"]["acc"], ind["acc"]],
+                      "f1_official_vs_independent": [meta["reported"]["f1"], ind["f1"]]},
+        "identity_checks": {"passed": True, "n_samples_joined": len(records),
+                            "fields": ["doc_id", "label", "target", "category", "sentence_sha256", "question_sha256",
+                                       "answer_sha256", "prompt_sha256", "candidate texts",
+                                       "candidate token ids and start", "f1 pair"]},
+        "limit_demo": {"reference": reference, "rows": limit_rows, "shuffle_before_cut": shuffle},
+    }
+
+
+def headline(s, data_id):
+    ind, em = s["independent"], s["independent"]["em"]
+    lim = "; ".join(f"limit {r['limit']}: acc {r['lm_eval']['acc']:.3f} F1 {r['lm_eval']['f1']:.3f}, "
+                    f"{len(r['cut_questions'])} cut" for r in s["limit_demo"]["rows"])
+    flag = "INCOMPLETE SET (cut: " + ", ".join(f"q{c['question_rank']} {c['n_scored']}/{c['n_candidates']}"
+                                               for c in s["cut_questions"]) + "): " if s["incomplete_set"] else ""
+    return (f"{flag}{s['n_documents']} documents of {s['n_questions_touched']} questions of {data_id}: "
+            f"acc {ind['acc']:.4f}, "
+            f"F1(yes) {ind['f1']:.4f} (lm-eval {s['official']['lm_eval_reported']['acc']:.4f} / "
+            f"{s['official']['lm_eval_reported']['f1']:.4f}), EM {em['n_correct_questions']}/"
+            f"{em['n_complete_questions']} complete questions; max |official - independent| = "
+            f"{s['agreement']['max_abs_diff']}; lm-eval does not shuffle before the cut; {lim}")
+
+
+def run(ctx):
+    config, split, stages = ctx["config"], ctx["split"], ctx["stages"]
+    rows, parquet, data_entry = load_rows(ctx)
+    questions = resources.mctaco_questions(rows)
+    doc_idx, selection = select_documents(ctx, rows, questions)
+    items = build_items(rows, doc_idx, questions, config)
+    limit_ns = limit_ns_for(doc_idx, questions, config)
+    source, no_shuffle = check_shuffle_source()
+
+    samples, boundaries, official_meta, limit_runs = run_official(ctx, items, parquet, selection, list(limit_ns))
+    check_task_config(official_meta, config)
+    independent, independent_meta = run_independent(ctx, items)
+    for key in ("model_dtype", "attn_implementation", "torch_threads"):
+        if official_meta[key] != independent_meta[key]:
+            raise IdentityMismatch("the two paths loaded the model differently",
+                                   [(None, key, official_meta[key], independent_meta[key])])
+
+    with stages.stage("compare"):
+        official_by_idx = join_and_check(items, samples, boundaries, independent)
+        records, texts, bad = compare(items, official_by_idx, independent)
+        if bad:
+            raise IdentityMismatch(f"{len(bad)} documents differ between the official and independent scores", bad)
+        labels = [r["label"] for r in records]
+        ind_preds = [r["independent"]["pred"] for r in records]
+        for k, mine in (("acc", accuracy(labels, ind_preds)), ("f1", corpus_f1(labels, ind_preds))):
+            if official_meta["reported"][k] != mine:
+                raise IdentityMismatch(f"lm-eval's {k} differs from the independent {k}",
+                                       [(None, k, official_meta["reported"][k], mine)])
+        complete, _ = group_status(doc_idx, questions)
+        ref_correct = {r["idx"]: r["independent"]["correct"] for r in records}
+        reference = {"acc": accuracy(labels, ind_preds), "f1": corpus_f1(labels, ind_preds),
+                     "em": exact_match(complete, ref_correct)["em"]}
+        limit_rows = limit_table(limit_ns, limit_runs, records, questions, reference)
+        check_limit_rows(limit_rows)
+        shuffle = {
+            "documents_shuffled_before_limit": False,
+            "conclusion": "lm-eval 0.4.9.2 does not shuffle: limit=N takes documents 0..N-1 of eval_docs in dataset "
+                          "order (itertools.islice). MC-TACO's candidates of one question are adjacent rows, so a "
+                          "limit cuts at most the one question straddling N, and the N documents are the first "
+                          "questions of the split, not a sample of it. The task README's 'the harness shuffles "
+                          "these documents' does not describe this version's code.",
+            "source": source, "files_without_the_word_shuffle": no_shuffle,
+            "observed": {"limit_runs": len(limit_rows),
+                         "doc_ids_first_n": sum(r["doc_ids_are_first_n"] for r in limit_rows),
+                         "scores_identical_to_main_run": sum(r["max_abs_diff_vs_main_run"] == 0.0
+                                                             for r in limit_rows)},
+        }
+        summary = summarise(records, questions, doc_idx, selection, split, official_meta, limit_rows, shuffle)
+
+    token_counts = [r["context_tokens"] + len(c["token_ids"]) for r in records for c in r["candidates"]]
+    ctx_counts = [r["context_tokens"] for r in records]
+    config_out = {
+        "experiment": NAME, "split": split, "confirmation_items_scored": False,
+        "data": config["mctaco_data"], "data_content_sha256": data_entry["content_sha256"], "n_rows": len(rows),
+        "run_py_data": {"id": ctx["data_id"], "content_sha256": ctx["data_content_sha256"],
+                        "note": "run.py's --data resource (SST-2-shaped): verified by run.py, not read here. "
+                                "identity.json's data_content_sha256 is this one (run.py writes it for every "
+                                "experiment); this experiment's data is `data` / `data_content_sha256` above."},
+        "selection": {**selection, "documents": doc_idx, "smoke_questions": config["mctaco_smoke_questions"],
+                      "allow_partial_groups": bool(getattr(ctx["args"], "allow_partial_groups", False)),
+                      "question_id": "sha256 of f'{sentence}\\t{question}' (UTF-8)"},
+        "split_questions": [{"question_id": q["question_id"], "question_rank": q["question_rank"],
+                             "idx": q["idx"], "category": q["category"]} for q in questions],
+        "limit_ns": [{"limit": n, "kind": k} for n, k in limit_ns.items()],
+        "config": config, "official": official_meta, "independent": independent_meta,
+        "model": ctx["model_identity"],
+    }
+    stats = {"context_tokens": {"min": min(ctx_counts), "max": max(ctx_counts), "total": sum(ctx_counts)},
+             "input_tokens_per_candidate": {"min": min(token_counts), "max": max(token_counts),
+                                            "total": sum(token_counts)},
+             "n_items": len(records), "n_candidates": len(token_counts),
+             "limit_run_documents": sum(limit_ns)}
+    return {"config": config_out, "records": records, "summary": summary, "token_stats": stats,
+            "private": {"texts.jsonl": jsonl(texts)},
+            "headline": headline(summary, config["mctaco_data"]),
+            "prompt_template_sha256": hashlib.sha256(config["mctaco_prompt"].encode("utf-8")).hexdigest()}

@@ -1,0 +1,476 @@
+"""Option order and scoring space (seed study 003): A or the text?
+
+Five zero-shot conditions score every selected item (no chat template, no few-shot examples):
+
+    base_text        the official SST-2 prompt,                          candidates " negative" / " positive"
+    list_text_fwd    the prompt + "A. negative / B. positive" list,      candidates " negative" / " positive"
+    list_text_rev    the prompt + "A. positive / B. negative" list,      candidates " positive" / " negative"
+    list_letter_fwd  the list_text_fwd context, unchanged,               candidates " A" / " B"
+    list_letter_rev  the list_text_rev context, unchanged,               candidates " A" / " B"
+
+Letters stay in place and the option contents move. For item i the permutation pi_i maps a displayed position j
+to a semantic label (0 negative, 1 positive); the gold position is g_i = pi_i^-1(label_i) and the semantic
+prediction is pi_i(argmax_j s_ij), first displayed position winning ties. Conditions are compared on semantic
+predictions only (flips, gains, losses, exact McNemar); log-probabilities from different scoring spaces (letters vs
+texts) are never compared with each other as confidence.
+
+Every candidate is scored twice: by lm-eval's model API (HFLM.loglikelihood) on the requests lm-eval's own
+ConfigurableTask.construct_requests builds from the displayed choices, and by the independent path
+(experiments/scoring.py). The two are joined on item identity and candidate token boundaries and must agree bit
+for bit; lm-eval's process_results (acc, acc_norm) on the official scores must agree with the metrics computed
+here. Any disagreement stops the run (IdentityMismatch, exit 1).
+
+Read top to bottom: conditions -> items -> official run -> independent run -> join + compare -> metrics ->
+paired analysis -> evidence.
+"""
+import hashlib
+import json
+
+import pyarrow.parquet as pq
+import torch
+from tqdm import tqdm
+
+from experiments import official, scoring
+from experiments.evidence import IdentityMismatch, jsonl
+from experiments.selection import select
+
+NAME = "options"
+TASK_YAML = "tasks/glue/sst2/default.yaml"
+LABEL_NAMES = {0: "negative", 1: "positive"}
+
+
+# ---- pure definitions (unit-tested; audit.py re-implements them on its own) ---------------------------------
+
+def gold_position(pi, label):
+    """g = pi^-1(label): the displayed position whose content is the gold label."""
+    return pi.index(label)
+
+
+def semantic_prediction(pi, position):
+    """pi(position): the semantic label of the chosen displayed position."""
+    return pi[position]
+
+
+def argmax_norm_chars(scores, choices):
+    """lm-eval 0.4.9.2 acc_norm's argmax: score / len(choice) in characters, the choice as doc_to_choice returns it.
+
+    lm_eval/api/task.py, ConfigurableTask.process_results (lines 1546-1747): line 1584 `choices =
+    self.doc_to_choice(doc)`, line 1585 `completion_len = np.array([float(len(i)) for i in choices])`, line 1602
+    `pred_norm = np.argmax(lls / completion_len)`. The target delimiter is added only in construct_requests
+    (lines 1445-1544, line 1481 `arguments = [(ctx, f"{target_delimiter}{cont}") for cont in choices]`), so the
+    leading space is not counted.
+    np.argmax returns the first maximum, like scoring.argmax_first; the division is the same float64 operation."""
+    return scoring.argmax_first([float(s) / float(len(c)) for s, c in zip(scores, choices)])
+
+
+def argmax_norm_tokens(scores, n_tokens):
+    """Token-length normalisation (a different metric, acc_norm_tokens): score / number of candidate tokens."""
+    return scoring.argmax_first([float(s) / float(n) for s, n in zip(scores, n_tokens)])
+
+
+def mcnemar_exact(gains, losses):
+    """Exact two-sided McNemar test: binomial test of the discordant pairs at 1/2; 1.0 when there are none."""
+    if gains + losses == 0:
+        return 1.0
+    from scipy.stats import binomtest
+
+    return float(binomtest(gains, gains + losses, 0.5, alternative="two-sided").pvalue)
+
+
+def conditions_from_config(config):
+    """Each condition: its prompt kind, scoring space, order, pi, displayed choices and candidate strings."""
+    letters = config["options_letters"]
+    for j, letter in enumerate(letters):
+        if f"\n{letter}. {{option_{letter}}}\n" not in config["options_list_prompt"]:
+            raise ValueError(f"options_list_prompt lacks the line '{letter}. {{option_{letter}}}'")
+    out = []
+    for spec in config["options_conditions"]:
+        name = spec["name"]
+        pi = list(config["options_orders"][spec["order"]])
+        if sorted(pi) != list(range(len(config["sst2_choices"]))) or len(pi) != len(letters):
+            raise ValueError(f"condition {name}: order {pi} is not a permutation of the labels")
+        if spec["space"] == "text":
+            choices = [config["sst2_choices"][pi[j]] for j in range(len(pi))]
+        elif spec["space"] == "letter":
+            choices = list(letters)
+        else:
+            raise ValueError(f"condition {name}: unknown scoring space {spec['space']!r}")
+        if spec["prompt"] == "official" and pi != list(range(len(pi))):
+            raise ValueError(f"condition {name}: the official prompt has no list; its order must be the identity")
+        out.append({"name": name, "prompt": spec["prompt"], "space": spec["space"], "order": spec["order"],
+                    "pi": pi, "choices": choices,
+                    "candidates": [config["target_delimiter"] + c for c in choices]})
+    return out
+
+
+def context_key(cond):
+    return "official" if cond["prompt"] == "official" else f"list_{cond['order']}"
+
+
+def render_contexts(sentence, config):
+    """Every context string of one item: the official prompt and one list prompt per order (written once)."""
+    contexts = {"official": config["sst2_prompt"].format(sentence=sentence)}
+    for order, pi in config["options_orders"].items():
+        fill = {f"option_{letter}": config["sst2_choices"][pi[j]] for j, letter in enumerate(config["options_letters"])}
+        contexts[f"list_{order}"] = config["options_list_prompt"].format(sentence=sentence, **fill)
+    return contexts
+
+
+def condition_metrics(recs):
+    """Per-condition counts from records of one condition (fields as written to records.jsonl)."""
+    n = len(recs)
+    labels = [r["label"] for r in recs]
+    correct = sum(r["correct"] for r in recs)
+    correct_norm = sum(r["correct_norm_chars"] for r in recs)
+    correct_tok = sum(r["correct_norm_tokens"] for r in recs)
+    return {
+        "n": n, "correct": correct, "acc": correct / n,
+        "correct_norm": correct_norm, "acc_norm": correct_norm / n,
+        "correct_norm_tokens": correct_tok, "acc_norm_tokens": correct_tok / n,
+        "predicted_positive": sum(r["semantic_pred"] == 1 for r in recs),
+        "chose_first_position": sum(r["pred_position"] == 0 for r in recs),
+        "baseline_all_negative_correct": labels.count(0), "baseline_all_positive_correct": labels.count(1),
+        "baseline_all_negative_acc": labels.count(0) / n, "baseline_all_positive_acc": labels.count(1) / n,
+        "norm_chars_changes_choice": sum(r["pred_position_norm_chars"] != r["pred_position"] for r in recs),
+        "norm_tokens_changes_choice": sum(r["pred_position_norm_tokens"] != r["pred_position"] for r in recs),
+    }
+
+
+def paired(recs_a, recs_b):
+    """Semantic predictions of two conditions on the same items: flips, gains (a wrong -> b right), losses, net,
+    exact McNemar p on the discordant pairs."""
+    a = {r["idx"]: r for r in recs_a}
+    b = {r["idx"]: r for r in recs_b}
+    if sorted(a) != sorted(b):
+        raise ValueError("paired conditions do not cover the same items")
+    flipped = [i for i in sorted(a) if a[i]["semantic_pred"] != b[i]["semantic_pred"]]
+    gains = [i for i in sorted(a) if not a[i]["correct"] and b[i]["correct"]]
+    losses = [i for i in sorted(a) if a[i]["correct"] and not b[i]["correct"]]
+    return {"flips": len(flipped), "flipped_idx": flipped, "gains": len(gains), "gain_idx": gains,
+            "losses": len(losses), "loss_idx": losses, "net": len(gains) - len(losses),
+            "n_discordant": len(gains) + len(losses), "mcnemar_p": mcnemar_exact(len(gains), len(losses))}
+
+
+# ---- items --------------------------------------------------------------------------------------------------
+
+def load_rows(parquet_path):
+    cols = pq.read_table(parquet_path).to_pydict()
+    return [{"idx": int(i), "label": int(l), "sentence": s}
+            for s, l, i in zip(cols["sentence"], cols["label"], cols["idx"])]
+
+
+def build_items(rows, idx_list, config, conditions):
+    items = []
+    for rank, idx in enumerate(idx_list):
+        row = rows[idx]
+        assert row["idx"] == idx, f"row at position {idx} has idx {row['idx']}"
+        contexts = render_contexts(row["sentence"], config)
+        conds = {c["name"]: {"context": contexts[context_key(c)], "gold": gold_position(c["pi"], row["label"])}
+                 for c in conditions}
+        items.append({"idx": idx, "rank": rank, "label": row["label"], "sentence": row["sentence"],
+                      "contexts": contexts, "conds": conds})
+    return items
+
+
+def check_shared_contexts(items, conditions):
+    """The list conditions of one order must score exactly the same context string (only candidates differ)."""
+    bad = []
+    for it in items:
+        by_key = {}
+        for c in conditions:
+            by_key.setdefault(context_key(c), []).append(c["name"])
+        for key, names in by_key.items():
+            shas = {n: scoring.sha256_text(it["conds"][n]["context"]) for n in names}
+            if len(set(shas.values())) != 1:
+                bad.append((it["idx"], f"shared context {key}", shas, scoring.sha256_text(it["contexts"][key])))
+    if bad:
+        raise IdentityMismatch("conditions that must share a context do not", bad)
+
+
+def check_official_prompt(parquet_path, config):
+    """base_text must be the installed task's prompt and choices, or it is not the official baseline."""
+    cfg = official.task_config(TASK_YAML, parquet_path)
+    expected = {"doc_to_text": config["sst2_prompt"].replace("{sentence}", "{{sentence}}"),
+                "doc_to_choice": config["sst2_choices"], "doc_to_target": "label", "output_type": "multiple_choice"}
+    bad = [(None, f"task yaml {k}", cfg.get(k), v) for k, v in expected.items() if cfg.get(k) != v]
+    if bad:
+        raise IdentityMismatch("the installed SST-2 task differs from config.sst2_prompt / sst2_choices", bad)
+    return {k: cfg.get(k) for k in expected}
+
+
+# ---- the two paths ------------------------------------------------------------------------------------------
+
+def run_official(ctx, items, conditions):
+    """lm-eval builds the requests from the displayed choices (construct_requests), its HFLM scores them in one
+    loglikelihood call, and its process_results computes acc and acc_norm from the official scores."""
+    config = ctx["config"]
+    with ctx["stages"].stage("official_model_load"):
+        lm = official.make_lm(ctx["model_dir"], config)
+    keys, pairs = [], []
+    for it in items:
+        for c in conditions:
+            reqs = official.multiple_choice_requests(c["choices"], it["conds"][c["name"]]["context"])
+            for j, pair in enumerate(reqs):
+                keys.append((it["idx"], c["name"], j))
+                pairs.append(pair)
+    with ctx["stages"].stage("official"):
+        results = official.loglikelihood(lm, pairs)
+    out = {}
+    for (idx, name, j), pair, res in zip(keys, pairs, results):
+        out.setdefault((idx, name), []).append({"request": pair, "score": res[0], "is_greedy": res[1],
+                                                "boundary": official.encode_pair(lm, *pair)})
+    cond_by_name = {c["name"]: c for c in conditions}
+    by_idx = {it["idx"]: it for it in items}
+    for (idx, name), cands in out.items():
+        gold = by_idx[idx]["conds"][name]["gold"]
+        cands_metrics = official.multiple_choice_results(cond_by_name[name]["choices"], gold,
+                                                         [(c["score"], c["is_greedy"]) for c in cands])
+        for c in cands:
+            c["lm_eval"] = cands_metrics
+    meta = {
+        "lm_eval_version": official.version(),
+        "lm_eval_files_sha256": official.file_hashes(extra=[TASK_YAML]),
+        "api": "HFLM.loglikelihood on the requests of ConfigurableTask.construct_requests (one minimal in-memory "
+               "multiple_choice task per displayed choice list); acc and acc_norm from its process_results",
+        "n_requests": len(pairs),
+        "model_dtype": str(lm.model.dtype),
+        "attn_implementation": lm.model.config._attn_implementation,
+        "torch_threads": torch.get_num_threads(),
+        "hflm": {"pretrained": str(ctx["model_dir"]), "device": config["device"], "dtype": config["dtype"],
+                 "batch_size": config["batch_size"], "max_length": config["max_input_tokens"],
+                 "attn_implementation": config["attn_implementation"], "logits_cache": True},
+    }
+    del lm
+    return out, meta
+
+
+def run_independent(ctx, items, conditions):
+    from adapter import load_model, load_tokenizer
+
+    config = ctx["config"]
+    with ctx["stages"].stage("independent_model_load"):
+        tokenizer = load_tokenizer(ctx["model_dir"])
+        model = load_model(ctx["model_dir"], config)
+    out, n_forward = {}, 0
+    with ctx["stages"].stage("independent"):
+        for it in tqdm(items, desc="independent scoring (5 conditions)", unit="item"):
+            memo = {}  # one forward pass per distinct input sequence of this item
+            for c in conditions:
+                out[(it["idx"], c["name"])] = scoring.score_candidates(
+                    model, tokenizer, it["conds"][c["name"]]["context"], c["candidates"],
+                    config["max_input_tokens"], f"idx {it['idx']} {c['name']}", memo=memo)
+            n_forward += len(memo)
+    meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
+            "torch_threads": torch.get_num_threads(), "forward_passes": n_forward,
+            "forward_sharing": "candidates whose input sequence (context + candidate[:-1]) is identical share one "
+                               "forward pass (scoring.candidate_logprob_memo)"}
+    return out, meta
+
+
+# ---- join, compare, records ---------------------------------------------------------------------------------
+
+def make_records(items, conditions, off, ind):
+    """One record per item x condition; the mismatch table lists every field where the paths disagree."""
+    records, bad = [], []
+    for it in items:
+        for c in conditions:
+            key = (it["idx"], c["name"])
+            where = f"{it['idx']} {c['name']}"
+            o, i = off[key], ind[key]
+            context = it["conds"][c["name"]]["context"]
+            pi, gold = c["pi"], it["conds"][c["name"]]["gold"]
+            expected_pairs = [(context, cand) for cand in c["candidates"]]
+            if [tuple(x["request"]) for x in o] != expected_pairs:
+                bad.append((where, "official requests", [[scoring.sha256_text(a), b] for a, b in
+                                                         (x["request"] for x in o)],
+                            [[scoring.sha256_text(a), b] for a, b in expected_pairs]))
+            for x, y in zip(o, i):
+                ob = [len(x["boundary"][0]), list(x["boundary"][1])]
+                if ob != [y["start"], y["token_ids"]]:
+                    bad.append((where, f"boundary {y['text']!r}", ob, [y["start"], y["token_ids"]]))
+            o_scores = [x["score"] for x in o]
+            i_scores = [y["score"] for y in i]
+            diffs = [abs(a - b) for a, b in zip(o_scores, i_scores)]
+            if any(d != 0.0 for d in diffs):
+                bad.append((where, "scores", o_scores, i_scores))
+            pos = scoring.argmax_first(i_scores)
+            o_pos = scoring.argmax_first(o_scores)
+            if o_pos != pos:
+                bad.append((where, "pred_position", o_pos, pos))
+            pos_chars = argmax_norm_chars(i_scores, c["choices"])
+            pos_tok = argmax_norm_tokens(i_scores, [len(y["token_ids"]) for y in i])
+            correct, correct_chars = int(pos == gold), int(pos_chars == gold)
+            lm_eval_metrics = o[0]["lm_eval"]
+            if lm_eval_metrics != {"acc": float(correct), "acc_norm": float(correct_chars)}:
+                bad.append((where, "lm_eval acc/acc_norm", lm_eval_metrics,
+                            {"acc": float(correct), "acc_norm": float(correct_chars)}))
+            records.append({
+                "idx": it["idx"], "rank": it["rank"], "label": it["label"], "condition": c["name"],
+                "space": c["space"], "order": c["order"], "prompt_kind": context_key(c),
+                "pi": pi, "gold_position": gold,
+                "sentence_sha256": scoring.sha256_text(it["sentence"]),
+                "prompt_sha256": scoring.sha256_text(context),
+                "context_tokens": i[0]["start"],
+                "candidates": [{"position": j, "text": y["text"], "choice": c["choices"][j],
+                                "n_chars": len(c["choices"][j]), "semantic_label": pi[j],
+                                "token_ids": y["token_ids"], "start": y["start"]} for j, y in enumerate(i)],
+                "official": {"scores": o_scores, "is_greedy": [x["is_greedy"] for x in o], "pred_position": o_pos,
+                             "lm_eval_acc": lm_eval_metrics["acc"], "lm_eval_acc_norm": lm_eval_metrics["acc_norm"]},
+                "independent": {"scores": i_scores, "pred_position": pos},
+                "abs_diff": diffs,
+                "pred_position": pos, "semantic_pred": semantic_prediction(pi, pos), "correct": correct,
+                "pred_position_norm_chars": pos_chars, "correct_norm_chars": correct_chars,
+                "pred_position_norm_tokens": pos_tok, "correct_norm_tokens": int(pos_tok == gold),
+            })
+    return records, bad
+
+
+# ---- summary ------------------------------------------------------------------------------------------------
+
+def comparison_name(a, b):
+    return f"{a} vs {b}"
+
+
+def summarise(records, conditions, comparisons, split):
+    by_cond = {c["name"]: [r for r in records if r["condition"] == c["name"]] for c in conditions}
+    n = len(by_cond[conditions[0]["name"]])
+    labels = [r["label"] for r in by_cond[conditions[0]["name"]]]
+    flips = {}
+    for a, b in comparisons:
+        flips[comparison_name(a, b)] = {"a": a, "b": b, **paired(by_cond[a], by_cond[b])}
+    metrics = {name: condition_metrics(recs) for name, recs in by_cond.items()}
+    diffs = [d for r in records for d in r["abs_diff"]]
+    table = [f"{'comparison (semantic predictions, a vs b)':<38} {'flips':>5} {'gains':>5} {'losses':>6} "
+             f"{'net':>4} {'McNemar p':>9}"]
+    for name, f in flips.items():
+        table.append(f"{name:<38} {f['flips']:>5} {f['gains']:>5} {f['losses']:>6} {f['net']:>+4} "
+                     f"{f['mcnemar_p']:>9.4g}")
+    table.append(f"{'condition':<16} {'correct':>8} {'acc':>6} {'acc_norm':>8} {'acc_norm_tok':>12} "
+                 f"{'pred_pos':>8} {'first_pos':>9} {'all_neg':>7} {'all_pos':>7}")
+    for name, m in metrics.items():
+        table.append(f"{name:<16} {m['correct']:>5}/{n:<2} {m['acc']:>6.4f} {m['acc_norm']:>8.4f} "
+                     f"{m['acc_norm_tokens']:>12.4f} {m['predicted_positive']:>8} {m['chose_first_position']:>9} "
+                     f"{m['baseline_all_negative_correct']:>7} {m['baseline_all_positive_correct']:>7}")
+    return {
+        "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
+        "n_items": n, "n_conditions": len(conditions), "n_records": len(records), "n_candidates": len(diffs),
+        "label_counts": {str(k): labels.count(k) for k in (0, 1)},
+        "flips": flips,
+        "conditions": metrics,
+        "table": table,
+        "agreement": {"max_abs_diff": max(diffs), "n_candidate_score_mismatches": sum(d != 0.0 for d in diffs),
+                      "n_prediction_mismatches": sum(r["official"]["pred_position"] != r["pred_position"]
+                                                     for r in records),
+                      "n_lm_eval_metric_mismatches": sum(
+                          (r["official"]["lm_eval_acc"], r["official"]["lm_eval_acc_norm"])
+                          != (float(r["correct"]), float(r["correct_norm_chars"])) for r in records)},
+        "identity_checks": {"passed": True, "n_records_joined": len(records),
+                            "fields": ["idx", "label", "sentence_sha256", "prompt_sha256 (shared per order by the "
+                                       "list conditions)", "official requests == (context, candidate)",
+                                       "candidate token ids and start (official _encode_pair)",
+                                       "lm-eval process_results acc/acc_norm == local"]},
+    }
+
+
+def headline(s):
+    f = s["flips"]
+    n = s["n_items"]
+
+    def fl(a, b):
+        x = f[comparison_name(a, b)]
+        return f"{x['flips']} (+{x['gains']}/-{x['losses']}, net {x['net']:+d}, p={x['mcnemar_p']:.3g})"
+
+    acc = ", ".join(f"{name} {m['correct']}" for name, m in s["conditions"].items())
+    m0 = next(iter(s["conditions"].values()))
+    tl_fwd = f[comparison_name("list_text_fwd", "list_letter_fwd")]["flips"]
+    tl_rev = f[comparison_name("list_text_rev", "list_letter_rev")]["flips"]
+    return (f"flips of {n}: letters fwd/rev {fl('list_letter_fwd', 'list_letter_rev')}, texts fwd/rev "
+            f"{fl('list_text_fwd', 'list_text_rev')}, texts/letters fwd {tl_fwd} rev {tl_rev}; correct/{n}: {acc} "
+            f"(all-negative {m0['baseline_all_negative_correct']}, all-positive "
+            f"{m0['baseline_all_positive_correct']}); {s['n_candidates']} candidates, max |official - independent| = "
+            f"{s['agreement']['max_abs_diff']}")
+
+
+def token_stats(records, conditions):
+    per = {}
+    for c in conditions:
+        recs = [r for r in records if r["condition"] == c["name"]]
+        ctxs = [r["context_tokens"] for r in recs]
+        inputs = [r["context_tokens"] + len(x["token_ids"]) for r in recs for x in r["candidates"]]
+        per[c["name"]] = {"context_tokens": {"min": min(ctxs), "max": max(ctxs), "total": sum(ctxs)},
+                          "input_tokens_per_candidate": {"min": min(inputs), "max": max(inputs),
+                                                         "total": sum(inputs)}}
+    return per
+
+
+def template_sha256(config):
+    spec = {k: config[k] for k in ("sst2_prompt", "sst2_choices", "target_delimiter", "options_list_prompt",
+                                   "options_letters", "options_orders", "options_conditions")}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def run(ctx):
+    config, split, stages = ctx["config"], ctx["split"], ctx["stages"]
+    conditions = conditions_from_config(config)
+    comparisons = [tuple(x) for x in config["options_comparisons"]]
+    rows = load_rows(ctx["parquet_path"])
+    idx_list = select(split, config["selection_salt"], len(rows), config["n_dev"], config["n_confirm"],
+                      config["n_smoke"])
+    items = build_items(rows, idx_list, config, conditions)
+    check_shared_contexts(items, conditions)
+    task_fields = check_official_prompt(ctx["parquet_path"], config)
+
+    off, official_meta = run_official(ctx, items, conditions)
+    ind, independent_meta = run_independent(ctx, items, conditions)
+    for key in ("model_dtype", "attn_implementation", "torch_threads"):
+        if official_meta[key] != independent_meta[key]:
+            raise IdentityMismatch("the two paths loaded the model differently",
+                                   [(None, key, official_meta[key], independent_meta[key])])
+
+    with stages.stage("compare"):
+        records, bad = make_records(items, conditions, off, ind)
+        if bad:
+            raise IdentityMismatch(f"{len({b[0] for b in bad})} item x condition records differ between the "
+                                   "official and independent paths", bad)
+        summary = summarise(records, conditions, comparisons, split)
+
+    texts = [{"idx": it["idx"], "sentence": it["sentence"], "prompts": it["contexts"]} for it in items]
+    per_cond = token_stats(records, conditions)
+    all_inputs = [r["context_tokens"] + len(x["token_ids"]) for r in records for x in r["candidates"]]
+    stats = {"per_condition": per_cond, "n_items": len(items), "n_records": len(records),
+             "n_candidates": len(all_inputs),
+             "input_tokens_per_candidate": {"min": min(all_inputs), "max": max(all_inputs), "total": sum(all_inputs)},
+             "official_requests": official_meta["n_requests"],
+             "independent_forward_passes": independent_meta["forward_passes"]}
+    config_out = {
+        "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
+        "data": ctx["data_id"], "data_content_sha256": ctx["data_content_sha256"], "n_rows": len(rows),
+        "selection": {"salt": config["selection_salt"], "rule": config["selection_rule"], "n_dev": config["n_dev"],
+                      "n_confirm": config["n_confirm"], "n_smoke": config["n_smoke"], "split": split,
+                      "item_idx": idx_list},
+        "conditions": conditions,
+        "comparisons": [list(x) for x in comparisons],
+        "pi": "displayed position -> semantic label (0 negative, 1 positive); gold position = pi^-1(label); "
+              "semantic prediction = pi(argmax over displayed positions)",
+        "tie_rule": config["options_tie_rule"],
+        "primary_measure": "flips: items whose semantic prediction pi(argmax) differs between two conditions (then "
+                           "gains, losses, net and the exact two-sided McNemar p on the discordant pairs); "
+                           "accuracies are secondary",
+        "not_compared": "log-probabilities of different scoring spaces (letters vs texts) are never compared as "
+                        "confidence; only choices are",
+        "metrics": {
+            "acc": "argmax of summed candidate log-probability == gold position",
+            "acc_norm": "lm-eval 0.4.9.2: argmax of score / len(choice) in characters, choice without the leading "
+                        "target delimiter (lm_eval/api/task.py:1584-1585,1602); checked against lm-eval's own "
+                        "process_results on every record",
+            "acc_norm_tokens": "argmax of score / number of candidate tokens (not an lm-eval metric)",
+        },
+        "zero_shot": True, "chat_template": False,
+        "official_task_fields": task_fields,
+        "config": config, "official": official_meta, "independent": independent_meta,
+        "model": ctx["model_identity"],
+    }
+    return {"config": config_out, "records": records, "summary": summary, "token_stats": stats,
+            "private": {"texts.jsonl": jsonl(texts)},
+            "headline": headline(summary),
+            "prompt_template_sha256": template_sha256(config)}

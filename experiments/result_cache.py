@@ -1,0 +1,246 @@
+"""An identity-keyed result cache: SQLite in the cache directory (`<cache>/results.sqlite`, WAL mode).
+
+A stored result (a per-candidate score, later a generation) answers only a request whose FULL identity is the
+same (DESIGN.md, Identity):
+
+    run part   model sha256, tokenizer sha256, data content sha256, prompt/template sha256, the scoring config
+               (run.py's run_identity keys + the scorer name), code sha256 (evidence.code_sha256(): every
+               top-level *.py and experiments/*.py, so any code change misses), library versions, and the
+               platform (CPU model, torch's CPU capability): the same fp32 code can round differently elsewhere.
+    item part  whatever identifies the request within the run; for a candidate score: idx, sentence sha256,
+               prompt sha256, candidate text, candidate token ids and their start.
+
+The key is sha256 over the canonical JSON of both parts; change any one field and it misses. Each row also keeps
+the item part as JSON and a checksum sha256(key, item, value): a row whose checksum does not match, whose item
+part is not the requested one, or whose value does not parse is counted as corrupted, deleted and recomputed.
+Values are stored as JSON text; Python writes a float as its shortest round-trip repr, so the value read back
+is exactly the float that was computed (bit for bit; the bit-exact claim of the protocol survives the cache).
+
+Writes are committed per item (`with cache.batch(): ...`), so a killed run keeps every item it finished, and a
+rerun resumes where it stopped. `run.py --no-cache` bypasses the cache entirely (no reads, no writes).
+
+What is cached, and what never is:
+- The independent path's parity-mode scores (one sequence per forward pass): a pure function of the identity.
+- Never the official path: the point of the protocol is that lm-eval recomputes every score in every run.
+- Never fast-mode scores (experiments/fast_scoring.py): with padding a score depends on its batch neighbours,
+  which are not part of an item's identity.
+
+API (for experiments that adopt it):
+
+    ident = run_identity(model_sha256=..., tokenizer_sha256=..., data_content_sha256=...,
+                         prompt_template_sha256=..., config=CONFIG, scorer="independent-parity")
+    cache = ResultCache(path, ident)                 # or open_for(ctx, ...) / None when disabled
+    value = cache.get(item)                          # None on a miss (also for a corrupted row)
+    with cache.batch():                              # one commit per item
+        cache.put(item, value)
+    cache.stats()                                    # {"hits", "misses", "corrupted", "written", ...}
+    score_candidates_cached(cache, model, tokenizer, context, candidates, limit, where, item)
+        scoring.score_candidates with every candidate's score served from / stored into the cache.
+
+Test hook: with EVAL_TEST_KILL_AFTER_ITEMS=K in the environment, kill_hook(n) kills the process with SIGKILL
+once n == K items have been committed (used to show that a killed run resumes).
+"""
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+# The scoring-config keys of run.py's run_identity (tests/test_result_cache.py checks they stay the same).
+SCORING_KEYS = ["dtype", "attn_implementation", "threads", "device", "batch_size", "max_input_tokens",
+                "target_delimiter", "num_fewshot", "tie_rule", "sst2_choices"]
+DEFAULT_FILE = "results.sqlite"
+KILL_ENV = "EVAL_TEST_KILL_AFTER_ITEMS"
+
+
+def canonical(obj):
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_text(text):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def platform_identity():
+    import platform
+
+    import torch
+
+    cpu = ""
+    try:
+        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"cpu": cpu, "machine": platform.machine(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def run_identity(*, model_sha256, tokenizer_sha256, data_content_sha256, prompt_template_sha256, config, scorer,
+                 code_sha256=None, versions=None, platform=None, extra=None):
+    """The run part of a key. code_sha256, versions and platform default to this process's own."""
+    if code_sha256 is None or versions is None:
+        from experiments.evidence import code_sha256 as code_hash, environment
+
+        code_sha256 = code_sha256 if code_sha256 is not None else code_hash()
+        versions = versions if versions is not None else environment(config["threads"])["versions"]
+    return {
+        "model_sha256": model_sha256, "tokenizer_sha256": tokenizer_sha256,
+        "data_content_sha256": data_content_sha256, "prompt_template_sha256": prompt_template_sha256,
+        "scoring_config": {**{k: config[k] for k in SCORING_KEYS}, "scorer": scorer},
+        "code_sha256": code_sha256, "versions": versions,
+        "platform": platform if platform is not None else platform_identity(),
+        "extra": extra,
+    }
+
+
+def cache_key(run, item):
+    """sha256 over the canonical JSON of the run part and the item part."""
+    return sha256_text(canonical({"run": run, "item": item}))
+
+
+def checksum(key, item_json, value_json):
+    return sha256_text(f"{key}\0{item_json}\0{value_json}")
+
+
+class ResultCache:
+    """One SQLite file shared by runs and processes; every lookup is keyed on a full run identity."""
+
+    def __init__(self, path, run, timeout_s=60.0):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.run = run
+        self.run_json = canonical(run)
+        self.run_sha = sha256_text(self.run_json)
+        self.db = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")   # WAL + NORMAL: a committed item survives a killed process
+        self.db.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+        self.db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, run_sha TEXT NOT NULL, "
+                        "item TEXT NOT NULL, value TEXT NOT NULL, checksum TEXT NOT NULL, created REAL NOT NULL)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS runs (run_sha TEXT PRIMARY KEY, identity TEXT NOT NULL)")
+        self.db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?)", (self.run_sha, self.run_json))
+        self.counts = {"hits": 0, "misses": 0, "corrupted": 0, "written": 0}
+        self.corrupted_items = []
+        self._in_batch = False
+
+    def key(self, item):
+        return cache_key(self.run, item)
+
+    def get(self, item):
+        """The stored value for this item under this run identity, or None (a miss or a corrupted row)."""
+        key = self.key(item)
+        item_json = canonical(item)
+        row = self.db.execute("SELECT item, value, checksum FROM results WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            self.counts["misses"] += 1
+            return None
+        stored_item, value_json, stored_sum = row
+        try:
+            ok = stored_item == item_json and stored_sum == checksum(key, stored_item, value_json)
+            value = json.loads(value_json) if ok else None
+        except (ValueError, TypeError):
+            ok, value = False, None
+        if not ok or value is None:
+            self.counts["corrupted"] += 1
+            self.counts["misses"] += 1
+            self.corrupted_items.append(item)
+            self.db.execute("DELETE FROM results WHERE key = ?", (key,))
+            return None
+        self.counts["hits"] += 1
+        return value
+
+    def put(self, item, value):
+        if value is None:
+            raise ValueError("None cannot be cached (it means a miss)")
+        key = self.key(item)
+        item_json = canonical(item)
+        value_json = json.dumps(value, sort_keys=True)       # floats as shortest round-trip repr
+        if json.loads(value_json) != value and value == value:
+            raise ValueError(f"value does not round-trip through JSON: {value!r}")
+        self.db.execute("INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?)",
+                        (key, self.run_sha, item_json, value_json, checksum(key, item_json, value_json), time.time()))
+        self.counts["written"] += 1
+
+    @contextmanager
+    def batch(self):
+        """One transaction: everything put inside is committed together when the block ends without error."""
+        if self._in_batch:
+            yield
+            return
+        self._in_batch = True
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        else:
+            self.db.execute("COMMIT")
+        finally:
+            self._in_batch = False
+
+    def stats(self):
+        return {"enabled": True, "path": str(self.path), "run_identity_sha256": self.run_sha, **self.counts,
+                "corrupted_items": self.corrupted_items[:20]}
+
+    def close(self):
+        self.db.close()
+
+
+def disabled_stats():
+    return {"enabled": False, "path": None, "run_identity_sha256": None, "hits": 0, "misses": 0, "corrupted": 0,
+            "written": 0, "corrupted_items": []}
+
+
+def open_for(ctx, scorer, prompt_template_sha256, extra=None):
+    """The cache of a run.py experiment context, or None with --no-cache."""
+    args = ctx.get("args")
+    if getattr(args, "no_cache", False):
+        return None
+    config = ctx["config"]
+    mi = ctx["model_identity"]
+    run = run_identity(model_sha256=mi["model_sha256"], tokenizer_sha256=mi["tokenizer_sha256"],
+                       data_content_sha256=ctx["data_content_sha256"], prompt_template_sha256=prompt_template_sha256,
+                       config=config, scorer=scorer, extra=extra)
+    return ResultCache(Path(ctx["cache"]) / config.get("result_cache_file", DEFAULT_FILE), run)
+
+
+def candidate_item(base, context, candidate, ctx_ids, cand_ids):
+    """The item part of a candidate score: the caller's fields (idx, sentence sha256, ...) + prompt and tokens."""
+    return {**base, "prompt_sha256": sha256_text(context), "candidate": candidate, "start": len(ctx_ids),
+            "token_ids": list(cand_ids)}
+
+
+def score_candidates_cached(cache, model, tokenizer, context, candidates, limit, where, item):
+    """scoring.score_candidates (parity mode), each candidate's score served from / stored into `cache`.
+
+    Tokenisation and checks always run (they are cheap and the identity join needs them); only the forward pass
+    of a candidate found in the cache is skipped. The computed value is scoring.candidate_logprob's float."""
+    from experiments import scoring
+
+    scored, new, n_cached = [], [], 0
+    for cand in candidates:
+        ctx_ids, cand_ids = scoring.encode_pair(tokenizer, context, cand, where)
+        scoring.check_length(len(ctx_ids) + len(cand_ids), limit, where)
+        key_item = candidate_item(item, context, cand, ctx_ids, cand_ids)
+        score = cache.get(key_item)
+        if score is None:
+            score = scoring.candidate_logprob(model, ctx_ids, cand_ids)
+            new.append((key_item, score))
+        else:
+            n_cached += 1
+        scored.append({"text": cand, "token_ids": cand_ids, "start": len(ctx_ids), "score": score})
+    if new:
+        with cache.batch():            # one short write transaction per item
+            for key_item, score in new:
+                cache.put(key_item, score)
+    return scored, n_cached
+
+
+def kill_hook(n_items_done):
+    """Test hook: SIGKILL this process once n_items_done reaches EVAL_TEST_KILL_AFTER_ITEMS (when it is set)."""
+    k = os.environ.get(KILL_ENV)
+    if k is not None and n_items_done == int(k):
+        os.kill(os.getpid(), signal.SIGKILL)

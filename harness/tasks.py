@@ -1,0 +1,136 @@
+"""Task files: one JSONL file per task, the file name (without .jsonl) is the task name.
+
+Each non-blank line that does not start with `#` is one example:
+
+    {"id": "arith-01", "prompt": "What is 17 + 25? ...", "targets": ["42"], "metric": "exact_match"}
+    {"id": "code-01", ..., "metric": "code_exec", "extras": {"io_pairs": [[1, 2], [3, 6]]}}
+
+Rules, all checked at load time: `id` a non-empty string, unique in the file; `prompt` a string; `targets` a
+non-empty list of non-empty strings; `metric` one of metrics.METRICS and the same on every line of a file;
+`extras` (optional) an object; code_exec needs `extras.io_pairs`, a non-empty list of [input, output] pairs.
+No other keys. A bad line raises TaskFormatError with one line: file, line number, what was expected, what was
+found. A task's identity is the sha256 of its file bytes (recorded in the leaderboard).
+"""
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.metrics import METRICS
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harness_tasks"
+REQUIRED = ("id", "prompt", "targets", "metric")
+OPTIONAL = ("extras",)
+
+
+class TaskFormatError(ValueError):
+    def __init__(self, path, line, expected, found):
+        where = f"{path}:{line}" if line else f"{path}"
+        super().__init__(f"{where}: expected {expected}, found {found}")
+
+
+@dataclass
+class Example:
+    id: str
+    prompt: str
+    targets: list
+    metric: str
+    extras: dict
+    line: int
+
+
+@dataclass
+class Task:
+    name: str
+    path: Path
+    sha256: str
+    metric: str
+    examples: list
+    n_in_file: int
+
+
+def _check_example(obj, path, n):
+    def bad(expected, found):
+        raise TaskFormatError(path, n, expected, found)
+
+    if not isinstance(obj, dict):
+        bad("a JSON object", type(obj).__name__)
+    missing = [k for k in REQUIRED if k not in obj]
+    if missing:
+        bad(f"keys {', '.join(REQUIRED)}", f"keys {', '.join(obj) or '(none)'} (missing {', '.join(missing)})")
+    extra = [k for k in obj if k not in REQUIRED + OPTIONAL]
+    if extra:
+        bad(f"only keys {', '.join(REQUIRED + OPTIONAL)}", f"unknown key(s) {', '.join(extra)}")
+    if not isinstance(obj["id"], str) or not obj["id"]:
+        bad("id to be a non-empty string", repr(obj["id"]))
+    if not isinstance(obj["prompt"], str):
+        bad("prompt to be a string", type(obj["prompt"]).__name__)
+    t = obj["targets"]
+    if not isinstance(t, list) or not t or not all(isinstance(x, str) and x for x in t):
+        bad("targets to be a non-empty list of non-empty strings", json.dumps(t)[:60])
+    if obj["metric"] not in METRICS:
+        bad(f"metric to be one of {', '.join(sorted(METRICS))}", repr(obj["metric"]))
+    extras = obj.get("extras", {})
+    if not isinstance(extras, dict):
+        bad("extras to be an object", type(extras).__name__)
+    if obj["metric"] == "code_exec":
+        pairs = extras.get("io_pairs")
+        if not isinstance(pairs, list) or not pairs or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            bad("extras.io_pairs to be a non-empty list of [input, output] pairs", json.dumps(pairs)[:60])
+    return Example(obj["id"], obj["prompt"], obj["targets"], obj["metric"], extras, n)
+
+
+def load_task(path):
+    path = Path(path)
+    raw = path.read_bytes()
+    examples, first_metric, seen = [], None, {}
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TaskFormatError(path, raw[:e.start].count(b"\n") + 1, "UTF-8 text", f"byte {raw[e.start]:#04x}") from None
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TaskFormatError(path, n, "one JSON object per line", f"invalid JSON ({e.msg} at column {e.colno})") \
+                from None
+        ex = _check_example(obj, path, n)
+        if first_metric is None:
+            first_metric = (ex.metric, n)
+        elif ex.metric != first_metric[0]:
+            raise TaskFormatError(path, n, f"metric {first_metric[0]!r} (as on line {first_metric[1]})",
+                                  repr(ex.metric))
+        if ex.id in seen:
+            raise TaskFormatError(path, n, "a unique id", f"{ex.id!r} again (first on line {seen[ex.id]})")
+        seen[ex.id] = n
+        examples.append(ex)
+    if not examples:
+        raise TaskFormatError(path, None, "at least one example", "none")
+    return Task(path.stem, path, hashlib.sha256(raw).hexdigest(), first_metric[0], examples, len(examples))
+
+
+def load_all_tasks(task_dir):
+    """Every *.jsonl in task_dir, by task name (sorted: the order of the leaderboard and of the overall mean)."""
+    paths = sorted(Path(task_dir).glob("*.jsonl"))
+    if not paths:
+        raise TaskFormatError(task_dir, None, "at least one *.jsonl task file", "none")
+    return {p.stem: load_task(p) for p in paths}
+
+
+def seed_fixture_tasks(target_dir):
+    """Copy the shipped fixture tasks into target_dir if it has no task files yet. Returns True if it seeded."""
+    target_dir = Path(target_dir)
+    if target_dir.exists() and any(target_dir.glob("*.jsonl")):
+        return False
+    target_dir.mkdir(parents=True, exist_ok=True)
+    for p in sorted(FIXTURES.glob("*.jsonl")):
+        shutil.copyfile(p, target_dir / p.name)
+    return True
+
+
+def head(tasks, n):
+    """The first n examples of each task (smoke runs); hashes still name the whole file."""
+    return {name: Task(t.name, t.path, t.sha256, t.metric, t.examples[:n], t.n_in_file) for name, t in tasks.items()}

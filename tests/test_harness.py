@@ -1,0 +1,423 @@
+"""The mini harness: metrics, task loading, runner, leaderboard, diff, CLI, and the real SmolLM2 adapter."""
+import json
+import random
+import shutil
+import threading
+import time
+
+import pytest
+
+from conftest import run_cli
+from harness import leaderboard, metrics, runner
+from harness.adapters import ToyAdapter, WrongAdapter
+from harness.tasks import FIXTURES, TaskFormatError, head, load_all_tasks, load_task, seed_fixture_tasks
+
+FAST_SANDBOX = {"cpu_s": 1, "wall_s": 4.0}
+
+
+# ---- metrics --------------------------------------------------------------------------------------------------
+def test_exact_match():
+    assert metrics.exact_match("  42 ", ["42"], {}) == 1.0
+    assert metrics.exact_match("Paris\n\tFrance", ["paris france"], {}) == 1.0
+    assert metrics.exact_match("42.", ["42"], {}) == 0.0
+    assert metrics.exact_match("x", ["y", "X"], {}) == 1.0  # best of several targets
+    assert metrics.exact_match("", ["a"], {}) == 0.0
+
+
+def test_substring_contains():
+    assert metrics.substring_contains("The answer is  Tuesday.", ["tuesday"], {}) == 1.0
+    assert metrics.substring_contains("the  reversed word is enots", ["is enots"], {}) == 1.0  # whitespace collapsed
+    assert metrics.substring_contains("Monday", ["tuesday"], {}) == 0.0
+    assert metrics.substring_contains("it is sunday", ["saturday", "sunday"], {}) == 1.0
+
+
+def test_multiple_choice():
+    assert metrics.multiple_choice(" b) whale", ["B"], {}) == 1.0
+    assert metrics.multiple_choice("B", ["B"], {}) == 1.0
+    assert metrics.multiple_choice("The answer is B", ["B"], {}) == 0.0  # first character only
+    assert metrics.multiple_choice("", ["B"], {}) == 0.0
+    assert metrics.multiple_choice("c", ["C", "D"], {}) == 1.0
+
+
+def test_rouge_l_hand_cases():
+    assert metrics.rouge_l("the cat sat", ["the cat sat"], {}) == 1.0
+    assert metrics.rouge_l("", ["the cat"], {}) == 0.0
+    assert metrics.rouge_l("dog", ["the cat"], {}) == 0.0
+    # LCS("the cat sat on the mat", "the cat is on a mat") = the cat on mat = 4; P = 4/6, R = 4/6
+    assert metrics.rouge_l("the cat sat on the mat", ["the cat is on a mat"], {}) == pytest.approx(4 / 6)
+    # P = 2/2, R = 2/4 -> F1 = 2/3
+    assert metrics.rouge_l("The CAT", ["the cat sat down"], {}) == pytest.approx(2 / 3)
+    assert metrics.rouge_l("mat.", ["mat"], {}) == 0.0  # punctuation stays on the token
+    assert metrics.lcs_length(list("ABCBDAB"), list("BDCABA")) == 4
+
+
+def test_rouge_l_agrees_with_rouge_score_on_random_strings():
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+    rng = random.Random(7)
+    vocab = ["a", "b", "c", "d", "e", "x1", "y2", "zz", "the", "cat", "9"]
+    for _ in range(300):
+        pred = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 12)))
+        ref = " ".join(rng.choice(vocab) for _ in range(rng.randint(1, 12)))
+        ours = metrics.rouge_l(pred, [ref], {})
+        theirs = scorer.score(ref, pred)["rougeL"].fmeasure  # score(target, prediction)
+        assert ours == pytest.approx(theirs, abs=1e-12), (pred, ref)
+
+
+def test_extract_code():
+    assert metrics.extract_code("```python\ndef f(x):\n    return x\n```\nbye") == "def f(x):\n    return x\n"
+    assert metrics.extract_code("```\nA\n```\n```\nB\n```") == "A\n"
+    assert metrics.extract_code("```py\ndef f(x):\n    return 1") == "def f(x):\n    return 1"  # unclosed
+    assert metrics.extract_code("def f(x): return 1") == "def f(x): return 1"
+
+
+def test_fixture_reference_solutions_pass_in_the_sandbox():
+    task = load_task(FIXTURES / "code.jsonl")
+    for ex in task.examples:
+        assert metrics.code_exec(ex.targets[0], ex.targets, ex.extras, FAST_SANDBOX) == 1.0, ex.id
+
+
+# ---- task files -----------------------------------------------------------------------------------------------
+def write(tmp_path, name, lines):
+    p = tmp_path / f"{name}.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+GOOD = '{"id": "a", "prompt": "p", "targets": ["t"], "metric": "exact_match"}'
+
+
+def test_fixtures_load_five_tasks():
+    tasks = load_all_tasks(FIXTURES)
+    assert sorted(tasks) == ["arithmetic", "code", "multiple_choice", "substring", "summaries"]
+    for t in tasks.values():
+        assert 6 <= len(t.examples) <= 10 and len({ex.metric for ex in t.examples}) == 1
+    assert {t.metric for t in tasks.values()} == set(metrics.METRICS)
+
+
+def test_comments_and_blank_lines_are_skipped(tmp_path):
+    p = write(tmp_path, "t", ["# a comment", "", GOOD, "   ", "  # indented comment",
+                              GOOD.replace('"a"', '"b"')])
+    task = load_task(p)
+    assert [ex.id for ex in task.examples] == ["a", "b"] and [ex.line for ex in task.examples] == [3, 6]
+
+
+@pytest.mark.parametrize("bad_line, expected, found", [
+    ('{"id": "b", "prompt": "p", "targets": ["t"], "metric": "exact_match"', "one JSON object per line",
+     "invalid JSON"),
+    ('{"id": "b", "prompt": "p", "metric": "exact_match"}', "keys id, prompt, targets, metric",
+     "(missing targets)"),
+    ('{"id": "b", "prompt": "p", "targets": ["t"], "metric": "rouge_l"}', "metric 'exact_match' (as on line 2)",
+     "'rouge_l'"),
+    ('{"id": "b", "prompt": "p", "targets": ["t"], "metric": "bleu"}', "metric to be one of", "'bleu'"),
+    ('{"id": "b", "prompt": "p", "targets": [], "metric": "exact_match"}', "non-empty list", "[]"),
+    ('{"id": "a", "prompt": "p", "targets": ["t"], "metric": "exact_match"}', "a unique id",
+     "'a' again (first on line 2)"),
+    ('{"id": "b", "prompt": "p", "targets": ["t"], "metric": "exact_match", "extra": 1}', "only keys",
+     "unknown key(s) extra"),
+    ('["a list"]', "a JSON object", "list"),
+])
+def test_malformed_line_names_file_and_line(tmp_path, bad_line, expected, found):
+    p = write(tmp_path, "broken", ["# header", GOOD, bad_line, GOOD.replace('"a"', '"c"')])
+    with pytest.raises(TaskFormatError) as e:
+        load_task(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}:3: expected ") and "\n" not in msg, msg
+    assert expected in msg.split(", found ")[0] and found in msg.split(", found ", 1)[1], msg
+
+
+def test_code_exec_needs_io_pairs(tmp_path):
+    p = write(tmp_path, "c", ['{"id": "a", "prompt": "p", "targets": ["t"], "metric": "code_exec", "extras": {}}'])
+    with pytest.raises(TaskFormatError, match=r"c.jsonl:1: expected extras.io_pairs"):
+        load_task(p)
+
+
+def test_empty_task_file_and_empty_dir(tmp_path):
+    with pytest.raises(TaskFormatError, match="expected at least one example, found none"):
+        load_task(write(tmp_path, "empty", ["# nothing here"]))
+    (tmp_path / "empty.jsonl").unlink()
+    with pytest.raises(TaskFormatError, match="at least one \\*.jsonl task file"):
+        load_all_tasks(tmp_path)
+
+
+def test_seeding_only_when_absent(tmp_path):
+    d = tmp_path / "tasks"
+    assert seed_fixture_tasks(d) is True
+    assert sorted(p.name for p in d.iterdir()) == sorted(p.name for p in FIXTURES.glob("*.jsonl"))
+    (d / "arithmetic.jsonl").write_text(GOOD + "\n")
+    assert seed_fixture_tasks(d) is False
+    assert (d / "arithmetic.jsonl").read_text() == GOOD + "\n"
+
+
+# ---- runner and leaderboard ------------------------------------------------------------------------------------
+def board_of(adapter, tasks, include=True, batch_size=4, timeout_s=30.0):
+    per_task, examples = runner.run_leaderboard(adapter, tasks, batch_size, timeout_s, FAST_SANDBOX)
+    return leaderboard.build(adapter.name, tasks, per_task, examples, {"batch_size": batch_size}, include)
+
+
+@pytest.fixture(scope="module")
+def fixture_tasks():
+    return load_all_tasks(FIXTURES)
+
+
+def test_toy_scores_one_and_wrong_scores_zero(fixture_tasks):
+    toy = board_of(ToyAdapter(), fixture_tasks)
+    assert toy["overall"] == 1.0 and all(t["score"] == 1.0 and t["correct"] == t["total"]
+                                         for t in toy["tasks"].values())
+    wrong = board_of(WrongAdapter(), fixture_tasks)
+    assert wrong["overall"] == 0.0 and all(t["score"] == 0.0 and t["correct"] == 0 for t in wrong["tasks"].values())
+    assert toy["schema"] == leaderboard.SCHEMA == "harness-leaderboard/v1"
+    assert toy["sandbox_isolation"]["network"] in ("netns", "landlock-tcp")
+    for name, t in toy["tasks"].items():
+        assert t["sha256"] == fixture_tasks[name].sha256 and t["total"] == len(fixture_tasks[name].examples)
+
+
+def test_scores_are_means_and_per_example_is_optional(fixture_tasks):
+    class Half:
+        name = "half"
+
+        def generate(self, prompts):  # right on even positions of each batch, wrong on odd ones
+            toy = ToyAdapter().generate(prompts)
+            return [r if i % 2 == 0 else "\u2205" for i, r in enumerate(toy)]
+
+    tasks = head(fixture_tasks, 4)
+    board = board_of(Half(), tasks, include=False, batch_size=2)
+    assert "per_example" not in board
+    assert all(t["score"] == 0.5 and t["correct"] == 2 and t["total"] == 4 for t in board["tasks"].values())
+    assert board["overall"] == 0.5
+    full = board_of(Half(), tasks, include=True, batch_size=2)
+    assert len(full["per_example"]) == 20 and {"prediction", "score", "prompt_sha256"} <= set(full["per_example"][0])
+
+
+def test_batches_and_timeouts(fixture_tasks):
+    class Slow:
+        name = "slow"
+
+        def __init__(self):
+            self.batches = []
+
+        def generate(self, prompts):
+            self.batches.append(len(prompts))
+            if any("9 * 8" in p for p in prompts):
+                time.sleep(3)
+            return ToyAdapter().generate(prompts)
+
+    slow = Slow()
+    tasks = {"arithmetic": fixture_tasks["arithmetic"]}
+    per_task, examples = runner.run_leaderboard(slow, tasks, batch_size=3, timeout_s=0.5)
+    assert slow.batches == [3, 3, 2]
+    t = per_task["arithmetic"]
+    assert t["timeouts"] == 3 and t["total"] == 8 and t["correct"] == 5 and t["score"] == 5 / 8
+    assert [e["timed_out"] for e in examples] == [True] * 3 + [False] * 5
+    assert examples[0]["prediction"] is None and examples[0]["score"] == 0.0
+
+
+def test_timeout_cancels_a_cancellable_adapter(fixture_tasks):
+    class Cancellable:
+        name = "cancellable"
+
+        def __init__(self):
+            self.event, self.returned = threading.Event(), 0
+
+        def cancel(self):
+            self.event.set()
+
+        def generate(self, prompts):
+            self.event.wait(30)
+            self.event.clear()
+            self.returned += 1
+            return [""] * len(prompts)
+
+    ad, t0 = Cancellable(), time.monotonic()
+    per_task, _ = runner.run_leaderboard(ad, head({"arithmetic": fixture_tasks["arithmetic"]}, 4), batch_size=2,
+                                         timeout_s=0.2)
+    assert per_task["arithmetic"]["timeouts"] == 4 and ad.returned == 2  # each call stopped before the next began
+    assert time.monotonic() - t0 < 10
+
+
+def test_adapter_returning_wrong_count_is_an_error(fixture_tasks):
+    class Short:
+        name = "short"
+
+        def generate(self, prompts):
+            return prompts[:-1]
+
+    with pytest.raises(TypeError, match="replies for"):
+        runner.run_leaderboard(Short(), head(fixture_tasks, 2), batch_size=2)
+
+
+# ---- diff and CLI ------------------------------------------------------------------------------------------------
+def test_cli_run_and_diff(tmp_path):
+    out_toy, out_wrong = tmp_path / "toy.json", tmp_path / "wrong.json"
+    p = run_cli("-m", "harness", "run", "--adapter", "toy", "--out", out_toy, "--include-per-example")
+    assert p.returncode == 0, p.stderr
+    assert "seeded the fixture tasks" in p.stdout and (tmp_path / "harness_tasks" / "code.jsonl").exists()
+    p = run_cli("-m", "harness", "run", "--adapter", "wrong", "--out", out_wrong, "--include-per-example",
+                "--batch-size", "3")
+    assert p.returncode == 0, p.stderr
+    toy, wrong = json.loads(out_toy.read_text()), json.loads(out_wrong.read_text())
+    assert toy["overall"] == 1.0 and wrong["overall"] == 0.0 and wrong["settings"]["batch_size"] == 3
+
+    d = run_cli("-m", "harness", "diff", out_toy, out_wrong)
+    assert d.returncode == 0, d.stderr
+    assert "arithmetic" in d.stdout and "-1.0000" in d.stdout and "5 task(s) moved" in d.stdout
+    assert "39 example(s) changed" in d.stdout and "arithmetic/arith-01: score 1 -> 0" in d.stdout
+    same = run_cli("-m", "harness", "diff", out_toy, out_toy)
+    assert "0 task(s) moved" in same.stdout and "0 example(s) changed" in same.stdout
+
+    # a changed task file: refused (exit 2) unless allowed
+    tasks_dir = tmp_path / "harness_tasks"
+    (tasks_dir / "substring.jsonl").write_text(
+        (tasks_dir / "substring.jsonl").read_text().replace("'stone'", "'stones'").replace('"enots"', '"senots"'))
+    out_changed = tmp_path / "changed.json"
+    assert run_cli("-m", "harness", "run", "--adapter", "toy", "--out", out_changed).returncode == 0
+    refused = run_cli("-m", "harness", "diff", out_toy, out_changed)
+    assert refused.returncode == 2 and "refusing to compare: task files differ: substring (A " in refused.stderr
+    allowed = run_cli("-m", "harness", "diff", out_toy, out_changed, "--allow-different-tasks")
+    assert allowed.returncode == 0 and "WARNING: task files differ: substring" in allowed.stdout
+    assert "examples: not compared" in allowed.stdout  # the changed run has no per-example dump
+
+
+def test_cli_malformed_task_exits_2(tmp_path):
+    d = tmp_path / "tasks"
+    d.mkdir()
+    write(d, "bad", [GOOD, "{oops"])
+    p = run_cli("-m", "harness", "run", "--adapter", "toy", "--tasks-dir", d, "--out", tmp_path / "x.json")
+    assert p.returncode == 2 and f"{d / 'bad.jsonl'}:2: expected one JSON object per line" in p.stderr, p.stderr
+
+
+def test_diff_refuses_unknown_schema(tmp_path):
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps({"schema": "something-else"}))
+    p = run_cli("-m", "harness", "diff", a, a)
+    assert p.returncode == 2 and "expected schema 'harness-leaderboard/v1'" in p.stderr
+
+
+# ---- the real model ----------------------------------------------------------------------------------------------
+def test_smollm2_adapter_generates_deterministically(model_dir):
+    from config import CONFIG
+    from harness.adapters import SmolLM2Adapter
+
+    ad = SmolLM2Adapter(model_dir, dict(CONFIG, harness_max_new_tokens=8))
+    prompts = ["What is 3 + 4? Reply with the number only.", "Which month comes right after March?"]
+    a, b = ad.generate(prompts), ad.generate(prompts[::-1])
+    assert a == b[::-1] and all(isinstance(r, str) and r for r in a)  # greedy, no cross-prompt effects
+    assert ad.render("hi").endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert ad.tokens["calls"] == 4 and 0 < ad.tokens["generated"] <= 32
+
+
+@pytest.fixture(scope="session")
+def harness_smoke(prepared_cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("harness_smoke")
+    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--smoke", "--experiment", "harness")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc
+
+
+def test_run_py_harness_smoke(harness_smoke):
+    out, proc = harness_smoke
+    summary = json.loads((out / "harness" / "summary.json").read_text())
+    records = [json.loads(l) for l in (out / "harness" / "records.jsonl").read_text().splitlines()]
+    board = summary["leaderboard"]
+    assert board["schema"] == "harness-leaderboard/v1" and board["adapter"].startswith("smollm2:")
+    assert len(records) == 5 and sorted(board["tasks"]) == sorted({r["task"] for r in records})
+    assert all(t["total"] == 1 and 0.0 <= t["score"] <= 1.0 for t in board["tasks"].values())
+    assert board["overall"] == pytest.approx(sum(t["score"] for t in board["tasks"].values()) / 5)
+    assert all(summary["tasks_are_shipped_fixtures"].values())
+    code = next(r for r in records if r["task"] == "code")
+    if code["timed_out"]:  # wall-clock timeouts depend on the machine's load; then the sandbox never ran
+        assert code["prediction_sha256"] is None and code["score"] == 0.0 and "sandbox_isolation" not in board
+    else:
+        assert code["sandbox"]["total"] == 4 and board["sandbox_isolation"]["network"] in ("netns", "landlock-tcp")
+    assert sum(t["timeouts"] for t in board["tasks"].values()) == sum(r["timed_out"] for r in records)
+    # no task or reply text in public evidence; predictions in the private leaderboard
+    public = (out / "harness" / "records.jsonl").read_text() + (out / "harness" / "summary.json").read_text()
+    assert "What is" not in public and "prediction\"" not in public
+    private = json.loads((out / "private" / "harness" / "leaderboard.json").read_text())
+    assert len(private["per_example"]) == 5 and all("prediction" in e for e in private["per_example"])
+    for name in board["tasks"]:
+        assert (out / "private" / "harness" / "tasks" / f"{name}.jsonl").read_bytes() == \
+            (FIXTURES / f"{name}.jsonl").read_bytes()
+    assert "[harness] smollm2:" in proc.stdout and "overall" in proc.stdout
+    assert (out / ".harness_tasks" / "code.jsonl").exists()  # seeded into the output on first run
+
+
+def test_cli_smollm2_needs_a_cache(tmp_path):
+    p = run_cli("-m", "harness", "run", "--adapter", "smollm2", "--out", tmp_path / "x.json")
+    assert p.returncode == 2 and "--cache" in p.stderr
+
+
+# ---- audit.py's harness rule ------------------------------------------------------------------------------------
+def audit(out):
+    return run_cli("audit.py", out, "--tokens", "--experiment", "harness", "--report", out / "audit-test.json")
+
+
+def tampered(src, tmp_path, edit):
+    dst = tmp_path / "copy"
+    shutil.copytree(src, dst)
+    edit(dst)
+    return dst
+
+
+def edit_jsonl(path, fn):
+    rows = [json.loads(l) for l in path.read_text().splitlines()]
+    fn(rows)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def edit_json(path, fn):
+    obj = json.loads(path.read_text())
+    fn(obj)
+    path.write_text(json.dumps(obj))
+
+
+def test_audit_recomputes_the_harness_evidence(harness_smoke):
+    out, _ = harness_smoke
+    p = audit(out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "harness    identity   example scores from predictions" in p.stdout
+
+
+def _set_score(rows):
+    rows[0]["score"] = 1.0 - rows[0]["score"]
+
+
+def _private_prediction(d):
+    edit_json(d / "private" / "harness" / "leaderboard.json",
+              lambda b: b["per_example"][0].update(prediction=(b["per_example"][0]["prediction"] or "") + " x"))
+
+
+def _task_target(d):
+    p = d / "private" / "harness" / "tasks" / "arithmetic.jsonl"
+    p.write_text(p.read_text().replace('"targets": ["42"]', '"targets": ["43"]', 1))
+
+
+def _overall(d):
+    edit_json(d / "harness" / "summary.json", lambda s: s["leaderboard"].update(overall=0.123))
+
+
+def _sandbox_outputs(d):
+    def edit(rows):
+        for r in rows:
+            if r["task"] == "code" and "sandbox" in r:
+                r["sandbox"]["outputs"] = ["1"] * len(r["sandbox"]["outputs"])
+    edit_jsonl(d / "harness" / "records.jsonl", edit)
+
+
+@pytest.mark.parametrize("edit, caught_by", [
+    (lambda d: edit_jsonl(d / "harness" / "records.jsonl", _set_score), "arithmetic"),
+    (_overall, "arithmetic task and overall scores"),
+    (lambda d: edit_jsonl(d / "harness" / "records.jsonl", lambda rows: rows.pop()), "example selection"),
+    (_private_prediction, "identity   example scores from predictions"),
+    (_task_target, "identity   private task files"),
+    (_sandbox_outputs, "identity   example scores from predictions"),
+])
+def test_audit_catches_tampering(harness_smoke, tmp_path, edit, caught_by):
+    out, _ = harness_smoke
+    records = [json.loads(l) for l in (out / "harness" / "records.jsonl").read_text().splitlines()]
+    if edit is _sandbox_outputs and not any("sandbox" in r for r in records):
+        pytest.skip("the code example timed out in this run: no sandbox outputs to tamper with")
+    p = audit(tampered(out, tmp_path, edit))
+    assert p.returncode == 1, p.stdout
+    assert any(caught_by in line and "FAIL" in line for line in p.stdout.splitlines()), p.stdout

@@ -1,0 +1,265 @@
+"""The identity-keyed result cache: keys, exact floats, corruption, killed runs, and real reruns of run.py.
+
+The run.py tests work on a snapshot of the repository in a temp directory, so the code hash (part of every key)
+cannot change under them while other files in the working tree are being edited."""
+import copy
+import json
+import shutil
+import sqlite3
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from config import CONFIG
+from conftest import REPO, run_cli
+from experiments import result_cache
+from experiments.result_cache import ResultCache, cache_key, run_identity
+
+BASE_CONFIG = {"dtype": "float32", "attn_implementation": "eager", "threads": 2, "device": "cpu", "batch_size": 1,
+               "max_input_tokens": 512, "target_delimiter": " ", "num_fewshot": 0, "tie_rule": "first",
+               "sst2_choices": ["negative", "positive"], "unrelated_key": "not part of the key"}
+
+
+def base_run():
+    return run_identity(model_sha256="m" * 64, tokenizer_sha256="t" * 64, data_content_sha256="d" * 64,
+                        prompt_template_sha256="p" * 64, config=BASE_CONFIG, scorer="independent-parity",
+                        code_sha256="c" * 64, versions={"torch": "2.0", "transformers": "4.0"},
+                        platform={"cpu": "X", "machine": "x86_64", "torch_cpu_capability": "AVX512"})
+
+
+BASE_ITEM = {"idx": 7, "sentence_sha256": "s" * 64, "prompt_sha256": "q" * 64, "candidate": " negative",
+             "start": 12, "token_ids": [3524]}
+
+RUN_CHANGES = [
+    ("model sha", lambda r: r.update(model_sha256="n" * 64)),
+    ("tokenizer sha", lambda r: r.update(tokenizer_sha256="u" * 64)),
+    ("data content hash", lambda r: r.update(data_content_sha256="e" * 64)),
+    ("prompt/template hash", lambda r: r.update(prompt_template_sha256="r" * 64)),
+    ("code hash", lambda r: r.update(code_sha256="b" * 64)),
+    ("library version", lambda r: r["versions"].update(torch="2.1")),
+    ("platform", lambda r: r["platform"].update(torch_cpu_capability="AVX2")),
+    ("scorer", lambda r: r["scoring_config"].update(scorer="independent-fast")),
+] + [(f"scoring config {k}", (lambda k: lambda r: r["scoring_config"].update({k: "changed"}))(k))
+     for k in result_cache.SCORING_KEYS]
+ITEM_CHANGES = [
+    ("idx", lambda i: i.update(idx=8)),
+    ("sentence sha", lambda i: i.update(sentence_sha256="z" * 64)),
+    ("prompt sha", lambda i: i.update(prompt_sha256="y" * 64)),
+    ("candidate text", lambda i: i.update(candidate=" positive")),
+    ("candidate token ids", lambda i: i.update(token_ids=[2731])),
+    ("candidate start", lambda i: i.update(start=13)),
+]
+
+
+@pytest.mark.parametrize("part,change", RUN_CHANGES, ids=[c[0] for c in RUN_CHANGES])
+def test_key_misses_when_one_run_identity_part_changes(part, change):
+    run = base_run()
+    changed = copy.deepcopy(run)
+    change(changed)
+    assert changed != run, part
+    assert cache_key(changed, BASE_ITEM) != cache_key(run, BASE_ITEM), part
+
+
+@pytest.mark.parametrize("part,change", ITEM_CHANGES, ids=[c[0] for c in ITEM_CHANGES])
+def test_key_misses_when_one_item_identity_part_changes(part, change):
+    item = copy.deepcopy(BASE_ITEM)
+    change(item)
+    assert cache_key(base_run(), item) != cache_key(base_run(), BASE_ITEM), part
+
+
+def test_key_is_stable_and_ignores_unrelated_config_and_dict_order():
+    run = base_run()
+    other = run_identity(model_sha256="m" * 64, tokenizer_sha256="t" * 64, data_content_sha256="d" * 64,
+                         prompt_template_sha256="p" * 64, config={**BASE_CONFIG, "unrelated_key": "x"},
+                         scorer="independent-parity", code_sha256="c" * 64,
+                         versions={"transformers": "4.0", "torch": "2.0"},
+                         platform={"torch_cpu_capability": "AVX512", "machine": "x86_64", "cpu": "X"})
+    assert cache_key(other, dict(reversed(list(BASE_ITEM.items())))) == cache_key(run, BASE_ITEM)
+
+
+def test_scoring_keys_are_run_identitys():
+    """The cache's scoring-config part is exactly run.py's run_identity scoring config (+ the scorer name)."""
+    import run as run_py
+    from config import CONFIG
+
+    env = {"git_commit": None, "git_dirty": None, "code_sha256": "c", "versions": {}}
+    ident = run_py.run_identity(env, CONFIG, {"model_sha256": "m", "tokenizer_sha256": "t"},
+                                {"content_sha256": "d"}, {"prompt_template_sha256": "p", "config": {}})
+    assert sorted(ident["scoring_config"]) == sorted(result_cache.SCORING_KEYS)
+
+
+def test_default_parts_are_this_process_code_hash_versions_and_platform():
+    from config import CONFIG
+    from experiments.evidence import code_sha256
+
+    run = run_identity(model_sha256="m", tokenizer_sha256="t", data_content_sha256="d", prompt_template_sha256="p",
+                       config=CONFIG, scorer="independent-parity")
+    assert run["code_sha256"] == code_sha256()
+    assert run["versions"]["torch"] and run["versions"]["transformers"]
+    assert run["platform"]["torch_cpu_capability"]
+    assert run["scoring_config"]["threads"] == CONFIG["threads"]
+
+
+def test_floats_round_trip_bit_exact(tmp_path):
+    import torch
+
+    torch.manual_seed(0)
+    values = [float(x) for x in (torch.randn(500) * 30).float()] + [float(torch.finfo(torch.float32).tiny),
+                                                                      5e-324, -0.0, 0.1, -1e-45, 1.0 / 3.0,
+                                                                      float("-inf"), -17.0]
+    cache = ResultCache(tmp_path / "r.sqlite", base_run())
+    with cache.batch():
+        for i, v in enumerate(values):
+            cache.put({**BASE_ITEM, "idx": i}, v)
+    cache.close()
+    cache = ResultCache(tmp_path / "r.sqlite", base_run())
+    for i, v in enumerate(values):
+        got = cache.get({**BASE_ITEM, "idx": i})
+        assert struct.pack("<d", got) == struct.pack("<d", v), (i, v, got)
+    assert cache.stats()["hits"] == len(values) and cache.stats()["corrupted"] == 0
+
+
+def test_other_identity_misses_in_the_same_file(tmp_path):
+    a = ResultCache(tmp_path / "r.sqlite", base_run())
+    with a.batch():
+        a.put(BASE_ITEM, -1.5)
+    run = base_run()
+    run["code_sha256"] = "other"
+    b = ResultCache(tmp_path / "r.sqlite", run)
+    assert b.get(BASE_ITEM) is None and b.stats()["misses"] == 1
+    assert a.get(BASE_ITEM) == -1.5
+
+
+@pytest.mark.parametrize("tamper", [
+    "UPDATE results SET value = '-1.25'",                    # a flipped value (still valid JSON)
+    "UPDATE results SET value = 'not json'",
+    "UPDATE results SET checksum = 'x'",
+    "UPDATE results SET item = replace(item, '\"idx\":7', '\"idx\":9')",
+])
+def test_corrupted_row_is_detected_and_recomputed(tmp_path, tamper):
+    path = tmp_path / "r.sqlite"
+    cache = ResultCache(path, base_run())
+    with cache.batch():
+        cache.put(BASE_ITEM, -2.5)
+    db = sqlite3.connect(path)
+    db.execute(tamper)
+    db.commit()
+    db.close()
+    assert cache.get(BASE_ITEM) is None
+    st = cache.stats()
+    assert st["corrupted"] == 1 and st["hits"] == 0 and st["corrupted_items"] == [BASE_ITEM]
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM results").fetchone()[0] == 0   # the row is gone
+    with cache.batch():
+        cache.put(BASE_ITEM, -2.5)                                                           # recomputed, stored
+    assert cache.get(BASE_ITEM) == -2.5
+
+
+def test_committed_items_survive_sigkill(tmp_path):
+    """A process killed with SIGKILL after K committed items leaves exactly those K in the file (WAL mode)."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(REPO)!r})
+sys.path.insert(0, {str(REPO / 'tests')!r})
+from test_result_cache import base_run, BASE_ITEM
+from experiments.result_cache import ResultCache, kill_hook
+cache = ResultCache({str(tmp_path / 'r.sqlite')!r}, base_run())
+for i in range(100):
+    with cache.batch():
+        cache.put({{**BASE_ITEM, "idx": i}}, -float(i))
+    kill_hook(i + 1)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], env={"EVAL_TEST_KILL_AFTER_ITEMS": "7", "PATH": "/usr/bin"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr
+    cache = ResultCache(tmp_path / "r.sqlite", base_run())
+    assert [cache.get({**BASE_ITEM, "idx": i}) for i in range(8)] == [-float(i) for i in range(7)] + [None]
+
+
+# ---- real runs of run.py (tiny random model: the cache plumbing, not the scores, is under test) -------------
+
+@pytest.fixture
+def snapshot(tiny_cache, tmp_path):
+    """(repo copy, private cache copy): the code hash is fixed for the test, the results file is its own."""
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", "cache", "__pycache__", ".pytest_cache",
+                                                              "smoke", "out", ".venv"))
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_cache, cache, ignore=shutil.ignore_patterns("results.sqlite*"))
+    return repo, cache
+
+
+def run_protocol(repo, cache, out, *extra, env=None):
+    return run_cli(repo / "run.py", "--cache", cache, "--out", out, "--model", "tiny-random-llama",
+                   "--experiment", "protocol", *extra, env=env, cwd=repo)
+
+
+def cache_info(out):
+    return json.loads((out / "protocol" / "config.json").read_text())["independent"]["result_cache"]
+
+
+def scores(out):
+    recs = [json.loads(l) for l in (out / "protocol" / "records.jsonl").read_text().splitlines()]
+    return {r["idx"]: (r["independent"]["scores"], r["official"]["scores"]) for r in recs}
+
+
+def test_killed_run_resumes_then_hits_then_recomputes_a_corrupted_row(snapshot, tmp_path):
+    repo, cache = snapshot
+    out = tmp_path / "out"
+    # 1. killed (SIGKILL) after 5 of the 64 development items: no evidence installed, 5 items committed
+    proc = run_protocol(repo, cache, out, env={"EVAL_TEST_KILL_AFTER_ITEMS": "5"})
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    assert not (out / "protocol").exists()
+    # 2. rerun: resumes; the 5 finished items (10 candidate scores) come from the cache
+    proc = run_protocol(repo, cache, out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    info = cache_info(out)
+    assert (info["from_cache"], info["items_from_cache"], info["computed"], info["corrupted"]) == (10, 5, 118, 0)
+    assert "independent scores from the result cache: 10/128" in proc.stdout
+    first = scores(out)
+    # 3. flip one stored value: detected, recomputed, reported; the other 127 are served; results unchanged
+    db = sqlite3.connect(cache / "results.sqlite")
+    assert db.execute("SELECT count(*) FROM results").fetchone()[0] == 128
+    db.execute("UPDATE results SET value = '-0.5' WHERE rowid = (SELECT min(rowid) FROM results)")
+    db.commit()
+    db.close()
+    proc = run_protocol(repo, cache, out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    info = cache_info(out)
+    assert (info["from_cache"], info["computed"], info["corrupted"]) == (127, 1, 1)
+    assert "127/128 (1 corrupted rows detected and recomputed)" in proc.stdout
+    assert scores(out) == first                       # exact: cached floats are the computed floats
+    summary = json.loads((out / "protocol" / "summary.json").read_text())
+    assert summary["agreement"]["max_abs_diff"] == 0.0   # still bit-exact against lm-eval (which recomputed)
+
+
+def test_no_cache_and_fast_and_a_code_change_all_recompute(snapshot, tmp_path):
+    repo, cache = snapshot
+    proc = run_protocol(repo, cache, tmp_path / "a", "--smoke")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert cache_info(tmp_path / "a")["written"] == 4
+    # served on rerun
+    proc = run_protocol(repo, cache, tmp_path / "b", "--smoke")
+    assert cache_info(tmp_path / "b")["from_cache"] == 4
+    # --no-cache: nothing read, nothing written; --fast: the summary carries the fast-vs-parity figures
+    proc = run_protocol(repo, cache, tmp_path / "c", "--smoke", "--no-cache", "--fast")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    info = cache_info(tmp_path / "c")
+    assert (info["enabled"], info["from_cache"], info["computed"]) == (False, 0, 4)
+    assert "result cache off (--no-cache)" in proc.stdout
+    fast = json.loads((tmp_path / "c" / "protocol" / "summary.json").read_text())["fast"]
+    assert fast["parity_source"].startswith("computed in this run") and fast["passed"]
+    assert fast["vs_parity"]["n_argmax_changes"] == 0 and fast["vs_parity"]["max_abs_diff"] <= 1e-4
+    n = CONFIG["fast_batch_size"]
+    assert set(fast["batch_invariance"]) == {f"parity_vs_fast_batch{n}", "parity_vs_fast_batch1",
+                                             f"fast_batch1_vs_batch{n}"}
+    recs = [json.loads(l) for l in (tmp_path / "c" / "protocol" / "records.jsonl").read_text().splitlines()]
+    assert all(len(r["fast"]["scores"]) == len(r["fast"]["scores_batch1"]) == 2 for r in recs)
+    # any code change misses (the key carries evidence.code_sha256())
+    with open(repo / "experiments" / "scoring.py", "a") as f:
+        f.write("\n# a comment changes the code hash\n")
+    proc = run_protocol(repo, cache, tmp_path / "d", "--smoke")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    info = cache_info(tmp_path / "d")
+    assert (info["from_cache"], info["computed"]) == (0, 4)
