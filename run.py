@@ -218,6 +218,10 @@ def main(argv=None):
                     shutil.rmtree(d)
         print(f"[{name}] {result['headline']}")
         print(f"[{name}] evidence: {out / name}/ (private texts: {out / 'private' / name}/)")
+    if any((out / n / "summary.json").exists() for n in names):
+        import report
+
+        print(f"report: {report.write(out)}")
     return exit_code
 
 

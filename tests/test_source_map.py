@@ -11,12 +11,12 @@ from conftest import REPO
 
 LM_EVAL_DIR = Path(lm_eval.__file__).resolve().parent
 ROW = re.compile(r"^\| `(?P<qual>[\w.]+)` \| .* \| `lm_eval/(?P<file>[\w/.]+)` \| (?P<start>\d+)-(?P<end>\d+) \| "
-                 r"`(?P<sha>[0-9a-f]{64})` \| (?P<local>.+) \|$")
+                 r"`(?P<sha>[0-9a-f]{64})` \| (?P<licence>[\w-]+) \| (?P<local>.+) \|$")
 
 
 def map_rows():
     rows = [m.groupdict() for m in map(ROW.match, (REPO / "SOURCE_MAP.md").read_text().splitlines()) if m]
-    assert len(rows) >= 15, "SOURCE_MAP.md table not found or too short"
+    assert len(rows) >= 30, "SOURCE_MAP.md table not found or too short"
     return rows
 
 
@@ -50,3 +50,11 @@ def test_local_counterparts_exist():
             file, name = ref
             text = (REPO / file).read_text()
             assert re.search(rf"\b{name}\b", text), f"{file} has no {name} (SOURCE_MAP row {row['qual']})"
+
+
+def test_licence_is_the_installed_one():
+    import importlib.metadata as md
+    meta = md.metadata("lm_eval")
+    licence = meta.get("License") or ""
+    for row in map_rows():
+        assert row["licence"] == "MIT" and "MIT" in licence
