@@ -155,7 +155,7 @@ def main(argv=None):
 
     t_imports = time.perf_counter()
     import torch  # (timed: the imports stage)
-    import transformers  # noqa: F401
+    import transformers  # noqa: F401  (timed with torch)
     import experiments
     from experiments import scoring
     from experiments.evidence import IdentityMismatch, Stages, environment, write_json, write_jsonl

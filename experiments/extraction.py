@@ -28,7 +28,7 @@ from experiments import scoring
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.extraction_sample import AUDIT_RULE, choose_audit_sample, class_weights
 from experiments.review_page import build_review_page
-from experiments.selection import select
+from experiments.selection import select, selection_block
 
 NAME = "extraction"
 PREREGISTRATION_FILE = "extraction.preregistration.json"     # in O/, written before the model is loaded
@@ -407,9 +407,7 @@ def run(ctx):
     config_out = {
         "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
         "data": ctx["data_id"], "data_content_sha256": ctx["data_content_sha256"], "n_rows": len(rows),
-        "selection": {"salt": config["selection_salt"], "rule": config["selection_rule"], "n_dev": config["n_dev"],
-                      "n_confirm": config["n_confirm"], "n_smoke": config["n_smoke"], "split": split,
-                      "item_idx": idx_list},
+        "selection": selection_block(config, split, idx_list),
         "audit_sample": {"preregistration_file": PREREGISTRATION_FILE, "preregistration_sha256": prereg_sha,
                          "preregistration": prereg},
         "prompt": {"user_template": config["extraction_user_prompt"],

@@ -254,12 +254,7 @@ def run_official(ctx, items, parquet, selection, limit_ns):
         "n_samples": results["n-samples"][TASK_NAME],
         "reported": {"acc": float(results["results"][TASK_NAME]["acc,none"]),
                      "f1": float(results["results"][TASK_NAME]["f1,none"])},
-        "model_dtype": str(lm.model.dtype),
-        "attn_implementation": lm.model.config._attn_implementation,
-        "torch_threads": torch.get_num_threads(),
-        "hflm": {"pretrained": str(ctx["model_dir"]), "device": config["device"], "dtype": config["dtype"],
-                 "batch_size": config["batch_size"], "max_length": config["max_input_tokens"],
-                 "attn_implementation": config["attn_implementation"], "logits_cache": True},
+        **official.lm_facts(lm, ctx["model_dir"], config),
         "should_decontaminate_note": "the YAML sets should_decontaminate: true; lm-eval 0.4.9.2's evaluator.py never "
                                      "reads it (decontamination is a separate offline tool), so it changes nothing",
     }

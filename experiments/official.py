@@ -55,13 +55,25 @@ def task_config(yaml_rel, parquet_path, evaluate_validation=False):
     return cfg
 
 
+def hflm_args(model_dir, config):
+    """The HFLM arguments: the scoring settings of config.py (the same the independent path uses)."""
+    return {"pretrained": str(model_dir), "device": config["device"], "dtype": config["dtype"],
+            "batch_size": config["batch_size"], "max_length": config["max_input_tokens"],
+            "attn_implementation": config["attn_implementation"], "logits_cache": True}
+
+
 def make_lm(model_dir, config):
-    """HFLM over the prepared directory with the scoring settings of config.py (the same the independent path uses)."""
     from lm_eval.models.huggingface import HFLM
 
-    return HFLM(pretrained=str(model_dir), device=config["device"], dtype=config["dtype"],
-                batch_size=config["batch_size"], max_length=config["max_input_tokens"],
-                attn_implementation=config["attn_implementation"], logits_cache=True)
+    return HFLM(**hflm_args(model_dir, config))
+
+
+def lm_facts(lm, model_dir, config):
+    """What the official model actually ran with, for config.json and the dtype/attention/threads check."""
+    import torch
+
+    return {"model_dtype": str(lm.model.dtype), "attn_implementation": lm.model.config._attn_implementation,
+            "torch_threads": torch.get_num_threads(), "hflm": hflm_args(model_dir, config)}
 
 
 def evaluate(lm, cfg, task_name, indices, seed, limit=None):

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from experiments import official, scoring
 from experiments.evidence import IdentityMismatch, jsonl
-from experiments.selection import select
+from experiments.selection import select, selection_block
 
 NAME = "options"
 TASK_YAML = "tasks/glue/sst2/default.yaml"
@@ -233,12 +233,7 @@ def run_official(ctx, items, conditions):
         "api": "HFLM.loglikelihood on the requests of ConfigurableTask.construct_requests (one minimal in-memory "
                "multiple_choice task per displayed choice list); acc and acc_norm from its process_results",
         "n_requests": len(pairs),
-        "model_dtype": str(lm.model.dtype),
-        "attn_implementation": lm.model.config._attn_implementation,
-        "torch_threads": torch.get_num_threads(),
-        "hflm": {"pretrained": str(ctx["model_dir"]), "device": config["device"], "dtype": config["dtype"],
-                 "batch_size": config["batch_size"], "max_length": config["max_input_tokens"],
-                 "attn_implementation": config["attn_implementation"], "logits_cache": True},
+        **official.lm_facts(lm, ctx["model_dir"], config),
     }
     del lm
     return out, meta
@@ -445,9 +440,7 @@ def run(ctx):
     config_out = {
         "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
         "data": ctx["data_id"], "data_content_sha256": ctx["data_content_sha256"], "n_rows": len(rows),
-        "selection": {"salt": config["selection_salt"], "rule": config["selection_rule"], "n_dev": config["n_dev"],
-                      "n_confirm": config["n_confirm"], "n_smoke": config["n_smoke"], "split": split,
-                      "item_idx": idx_list},
+        "selection": selection_block(config, split, idx_list),
         "conditions": conditions,
         "comparisons": [list(x) for x in comparisons],
         "pi": "displayed position -> semantic label (0 negative, 1 positive); gold position = pi^-1(label); "

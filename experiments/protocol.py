@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from experiments import fast_scoring, official, result_cache, scoring
 from experiments.evidence import IdentityMismatch, jsonl
-from experiments.selection import select
+from experiments.selection import select, selection_block
 
 NAME = "protocol"
 TASK_YAML = "tasks/glue/sst2/default.yaml"
@@ -85,12 +85,7 @@ def run_official(ctx, items, parquet_path):
         "indices_passed_to_lm_eval": passed,
         "indices_sorted": passed == sorted(indices),
         "reported_acc": results["results"][TASK_NAME]["acc,none"],
-        "model_dtype": str(lm.model.dtype),
-        "attn_implementation": lm.model.config._attn_implementation,
-        "torch_threads": torch.get_num_threads(),
-        "hflm": {"pretrained": str(ctx["model_dir"]), "device": config["device"], "dtype": config["dtype"],
-                 "batch_size": config["batch_size"], "max_length": config["max_input_tokens"],
-                 "attn_implementation": config["attn_implementation"], "logits_cache": True},
+        **official.lm_facts(lm, ctx["model_dir"], config),
         "custom_dataset": "serves the verified cache parquet as the validation split (+ an empty train split)",
     }
     del lm
@@ -335,9 +330,7 @@ def run(ctx):
     config_out = {
         "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
         "data": ctx["data_id"], "data_content_sha256": ctx["data_content_sha256"], "n_rows": len(rows),
-        "selection": {"salt": config["selection_salt"], "rule": config["selection_rule"], "n_dev": config["n_dev"],
-                      "n_confirm": config["n_confirm"], "n_smoke": config["n_smoke"], "split": split,
-                      "item_idx": idx_list},
+        "selection": selection_block(config, split, idx_list),
         "config": config, "official": official_meta, "independent": independent_meta,
         "model": ctx["model_identity"],
     }

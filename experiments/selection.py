@@ -25,3 +25,9 @@ def select(split, salt, n_rows, n_dev, n_confirm, n_smoke):
     if hi > n_rows:
         raise ValueError(f"split {split!r} needs {hi} ranked rows but the data has {n_rows}")
     return ranked[lo:hi]
+
+
+def selection_block(config, split, idx_list):
+    """The selection block every experiment writes into config.json (audit.py recomputes the rule from it)."""
+    return {"salt": config["selection_salt"], "rule": config["selection_rule"], "n_dev": config["n_dev"],
+            "n_confirm": config["n_confirm"], "n_smoke": config["n_smoke"], "split": split, "item_idx": idx_list}
