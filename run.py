@@ -221,7 +221,10 @@ def main(argv=None):
     if any((out / n / "summary.json").exists() for n in names):
         import report
 
-        print(f"report: {report.write(out)}")
+        try:  # the evidence is already installed; a report that cannot be written must not hide it
+            print(f"report: {report.write(out)}")
+        except OSError as e:
+            print(f"warning: report.html not written ({e}); run: python report.py {out}", file=sys.stderr)
     return exit_code
 
 

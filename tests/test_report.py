@@ -1,0 +1,483 @@
+"""report.py: O/report.html, one self-contained page built from the evidence alone.
+
+Real evidence: the session's `run.py --smoke` of all five experiments (conftest.smoke_run). run.py writes
+report.html itself at the end of the run; `python report.py O` writes the same page from a copy. Both are loaded in
+headless Chromium from disk: the screenshot must not be blank, the browser must request nothing but the file itself
+and data: URIs, and the tables must carry the figures of summary.json exactly as written there (floats as the text
+json.dumps wrote). The flip matrices of the options study are recounted here from records.jsonl.
+
+The generic fallback (an experiment report.py has no view for) and the fallback of a view that cannot read its
+evidence are unit-tested on hand-made directories, without a browser.
+
+Set REPORT_SCREENSHOT_DIR to keep the screenshots (they are written to the test's tmp_path otherwise).
+"""
+import ast
+import json
+import os
+import shutil
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import conftest
+from conftest import run_cli
+
+REPORT = conftest.REPO / "report.py"
+FORBIDDEN_IMPORTS = {"run", "experiments", "harness", "lm_eval", "resources", "config", "adapter", "audit"}
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+
+
+def shown(v):
+    """How summary.json's value v must appear in a table cell: its JSON text; null as an em dash."""
+    return "—" if v is None else json.dumps(v)
+
+
+def load_report():
+    import importlib
+
+    import report
+
+    return importlib.reload(report)
+
+
+# ---- static checks (no browser) ------------------------------------------------------------------------------
+
+class Resources(HTMLParser):
+    """Every URL-bearing attribute and element of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.imgs, self.scripts, self.links, self.urls, self.styles = [], [], [], [], []
+        self._in_style = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.imgs.append(a.get("src") or "")
+        if tag == "script":
+            self.scripts.append(a.get("src"))
+        if tag == "link":
+            self.links.append(a.get("href"))
+        for k in ("src", "href", "srcset", "data", "poster", "action", "background"):
+            if a.get(k) is not None:
+                self.urls.append((tag, k, a[k]))
+        if a.get("style"):
+            self.styles.append(a["style"])
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag):
+        self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.styles.append(data)
+
+
+def assert_self_contained(text, min_images=0):
+    p = Resources()
+    p.feed(text)
+    assert len(p.imgs) >= min_images, f"expected at least {min_images} plots, found {len(p.imgs)}"
+    for src in p.imgs:
+        assert src.startswith("data:image/png;base64,"), f"img src is not a data: URI: {src[:80]}"
+    assert p.scripts == [], f"<script> elements: {p.scripts}"
+    assert p.links == [], f"<link> elements (stylesheets/icons would be fetched): {p.links}"
+    for tag, attr, url in p.urls:
+        assert url.startswith(("data:", "#")), f"<{tag} {attr}={url[:80]!r}> points outside the page"
+    for css in p.styles:
+        assert "url(" not in css and "@import" not in css, f"CSS fetches something: {css[:120]}"
+
+
+def test_report_imports_none_of_the_code_that_wrote_the_evidence():
+    tree = ast.parse(REPORT.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add((node.module or "").split(".")[0])
+    assert not names & FORBIDDEN_IMPORTS, names & FORBIDDEN_IMPORTS
+
+
+def test_numbers_are_shown_as_json_writes_them():
+    report = load_report()
+    for v in (0.1 + 0.2, 0.5555555555555556, 1.0, 0.0, -0.05555555555555558, 1e-07, 3, 0, True, False, None,
+              0.32222222222222224):
+        assert report.fmt(v) == shown(v), v
+
+
+def write_json(path, obj):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1), encoding="utf-8")
+
+
+def minimal_evidence(root):
+    """A hand-made O with one experiment report.py has never heard of."""
+    out = root / "O"
+    write_json(out / "environment.json", {"git_commit": "abc123", "git_dirty": False, "python": "3.11.7",
+                                          "versions": {"torch": "9.9"}, "command_line": ["run.py", "--smoke"]})
+    summary = {"experiment": "novel", "split": "dev", "confirmation_items_scored": False, "n_items": 7,
+               "accuracy": 0.42857142857142855, "nested": {"f1": 0.1 + 0.2, "flag": True, "missing": None},
+               "idx": [3, 1, 4], "rows": [{"a": 1}, {"a": 2}]}
+    write_json(out / "novel" / "summary.json", summary)
+    write_json(out / "novel" / "stages.json", {"stages": [{"name": "score", "wall_s": 1.2345,
+                                                           "peak_rss_bytes_at_end": 104857600}],
+                                               "threads": 1, "total_wall_s": 2.5, "tokens": {"total": 99}})
+    (out / "novel" / "records.jsonl").write_text('{"idx": 3}\n{"idx": 1}\n', encoding="utf-8")
+    (out / "private" / "novel").mkdir(parents=True)
+    return out, summary
+
+
+class Tables(HTMLParser):
+    """table id -> rows (lists of cell texts) of its tbody; for the unit tests (the browser tests read the DOM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.classes = {}, []
+        self._rows = self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("class"):
+            self.classes.append(a["class"])
+        if tag == "table":
+            self._rows = self.tables.setdefault(a.get("id") or f"anon{len(self.tables)}", [])
+        elif tag == "tr" and self._rows is not None:
+            self._rows.append([])
+        elif tag == "td" and self._rows is not None:
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            self._rows[-1].append(self._cell.strip())
+            self._cell = None
+        elif tag == "table":
+            self._rows = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+def parse_tables(text):
+    t = Tables()
+    t.feed(text)
+    return {k: [r for r in v if r] for k, v in t.tables.items()}, t.classes
+
+
+def test_generic_fallback_lists_every_summary_field(tmp_path):
+    out, summary = minimal_evidence(tmp_path)
+    path = load_report().write(out)
+    text = path.read_text(encoding="utf-8")
+    tables, classes = parse_tables(text)
+    assert "render-error" not in classes
+    rows = dict(tuple(r) for r in tables["novel-summary"])
+    assert rows["accuracy"] == "0.42857142857142855"
+    assert rows["nested.f1"] == "0.30000000000000004"
+    assert rows["nested.flag"] == "true" and rows["nested.missing"] == "—"
+    assert rows["n_items"] == "7" and rows["idx"] == "[3, 1, 4]" and rows["rows"] == "[2 entries]"
+    stages = {r[0]: r for r in tables["novel-stages"]}
+    assert stages["score"][1] == "1.2345" and stages["score"][2] == "104857600"
+    assert '<section id="novel">' in text and "records.jsonl: 2 lines" in text
+    env = dict(tuple(r) for r in tables["environment"])
+    assert env["git commit"] == "abc123" and env["torch"] == "9.9"
+    assert "private" not in [k.split("-")[0] for k in tables]
+    assert_self_contained(text)
+    assert not list(out.glob(".report.html.tmp"))
+
+
+def test_a_view_that_cannot_read_its_evidence_falls_back_and_says_so(tmp_path):
+    """An options summary of an unexpected shape: the page is still written, the section shows the error and
+    every field of its summary, and the other experiments are unaffected."""
+    out, _ = minimal_evidence(tmp_path)
+    write_json(out / "options" / "summary.json", {"experiment": "options", "split": "dev", "surprise": 0.75})
+    text = load_report().build(out)
+    tables, classes = parse_tables(text)
+    assert "render-error" in classes
+    assert dict(tuple(r) for r in tables["options-summary"])["surprise"] == "0.75"
+    assert dict(tuple(r) for r in tables["novel-summary"])["n_items"] == "7"
+    assert text.index('id="options"') < text.index('id="novel"')   # known experiments first, in study order
+    # unreadable evidence: a truncated summary.json, a stages.json of the wrong shape
+    (out / "mctaco").mkdir()
+    (out / "mctaco" / "summary.json").write_text('{"experiment": "mctaco", "acc": 0.', encoding="utf-8")
+    write_json(out / "options" / "stages.json", {"stages": "not a list"})
+    text = load_report().build(out)
+    tables, classes = parse_tables(text)
+    assert classes.count("render-error") == 3, classes
+    assert '<section id="mctaco">' in text and "summary.json" in text
+    assert dict(tuple(r) for r in tables["novel-summary"])["n_items"] == "7"
+
+
+def test_cli(tmp_path):
+    out, _ = minimal_evidence(tmp_path)
+    proc = run_cli(REPORT, out, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == str(out / "report.html")
+    missing = run_cli(REPORT, tmp_path / "nope", timeout=300)
+    assert missing.returncode == 2 and "no such output directory" in missing.stderr
+    assert run_cli(REPORT, timeout=300).returncode != 0
+
+
+# ---- the browser -----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
+        pytest.skip(f"headless Chromium not available: need {CHROMIUM} and {CHROMEDRIVER} (Debian packages "
+                    "chromium and chromium-driver)")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.skip("selenium is not installed in this environment (pip install selenium)")
+    profile = tempfile.mkdtemp(prefix="report-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                 f"--user-data-dir={profile}", "--window-size=1300,1000", "--hide-scrollbars"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    try:
+        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    except Exception as e:  # noqa: BLE001 - any start-up failure of the browser is a missing tool here
+        shutil.rmtree(profile, ignore_errors=True)
+        pytest.skip(f"headless Chromium did not start: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+TABLES_JS = """
+const out = {};
+for (const t of document.querySelectorAll('table[id]')) {
+  const rows = t.tBodies[0] ? Array.from(t.tBodies[0].rows) : [];
+  out[t.id] = rows.map(r => Array.from(r.cells).map(c => c.innerText.trim()));
+}
+return out;
+"""
+
+
+def render(driver, page, screenshot):
+    """Load page from disk; return (tables, requested URLs, image states, section ids, error boxes)."""
+    driver.get("about:blank")
+    driver.get_log("performance")                       # drop everything before our page
+    driver.get(page.resolve().as_uri())
+    driver.execute_script("return document.readyState")
+    requested = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg["method"] == "Network.requestWillBeSent":
+            requested.append(msg["params"]["request"]["url"])
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1300, min(height + 200, 16000))
+    driver.save_screenshot(str(screenshot))
+    keep = os.environ.get("REPORT_SCREENSHOT_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(screenshot, Path(keep) / screenshot.name)
+    return {"tables": driver.execute_script(TABLES_JS), "requested": requested,
+            "images": driver.execute_script("return Array.from(document.images).map(i => [i.complete, "
+                                            "i.naturalWidth, i.src.slice(0, 22)])"),
+            "sections": driver.execute_script("return Array.from(document.querySelectorAll('section')).map(s => s.id)"),
+            "errors": driver.execute_script("return document.querySelectorAll('.render-error').length")}
+
+
+def assert_not_blank(screenshot):
+    from PIL import Image
+
+    im = Image.open(screenshot).convert("RGB")
+    small = im.resize((im.width // 4, im.height // 4))
+    colours = small.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 200, f"{screenshot}: {len(colours or [])} distinct colours"
+    non_white = sum(n for n, c in colours if c != (255, 255, 255))
+    assert non_white / (small.width * small.height) > 0.02, f"{screenshot}: almost all white"
+    assert im.height > 2000, f"{screenshot}: the page is only {im.height} px tall"
+
+
+def rows_by_first(tables, tid):
+    assert tid in tables, f"table {tid} missing; tables: {sorted(tables)}"
+    return {r[0]: r for r in tables[tid] if r}
+
+
+def check_stages(tables, out, name):
+    st = json.loads((out / name / "stages.json").read_text())
+    rows = rows_by_first(tables, f"{name}-stages")
+    for s in st["stages"]:
+        assert rows[s["name"]][1] == shown(s["wall_s"]), (name, s)
+        assert rows[s["name"]][2] == shown(s["peak_rss_bytes_at_end"]), (name, s)
+
+
+def check_protocol(t, s, out):
+    h = rows_by_first(t, "protocol-headline")
+    for key, row in (("official", "official (lm-eval 0.4.9.2)"), ("independent", "independent")):
+        assert h[row][1:4] == [shown(s[key]["correct"]), shown(s["n_items"]), shown(s[key]["accuracy"])]
+    ag = rows_by_first(t, "protocol-agreement")
+    assert ag["max |official − independent| (candidate log-likelihood)"][1] == shown(s["agreement"]["max_abs_diff"])
+    assert ag["prediction mismatches"][1] == shown(s["agreement"]["n_prediction_mismatches"])
+    assert ag["identity checks"][1] == "passed"
+
+
+def check_options(t, s, out):
+    h = rows_by_first(t, "options-conditions")
+    assert set(h) == set(s["conditions"])
+    for name, m in s["conditions"].items():
+        r = h[name]
+        assert r[3:10] == [shown(m[k]) for k in ("correct", "n", "acc", "correct_norm", "acc_norm",
+                                                 "correct_norm_tokens", "acc_norm_tokens")], name
+        assert r[12:14] == [shown(m["baseline_all_negative_correct"]), shown(m["baseline_all_positive_correct"])]
+    f = rows_by_first(t, "options-flips")
+    assert set(f) == set(s["flips"])
+    for name, x in s["flips"].items():
+        assert f[name][1:7] == [shown(x[k]) for k in ("flips", "gains", "losses", "net", "n_discordant",
+                                                      "mcnemar_p")], name
+    # the 2x2 matrices, recounted here from records.jsonl, and their off-diagonal against summary.json
+    records = [json.loads(l) for l in (out / "options" / "records.jsonl").read_text().splitlines() if l.strip()]
+    for space, a, b in (("letter", "list_letter_fwd", "list_letter_rev"), ("text", "list_text_fwd", "list_text_rev")):
+        pa = {r["idx"]: r["semantic_pred"] for r in records if r["condition"] == a}
+        pb = {r["idx"]: r["semantic_pred"] for r in records if r["condition"] == b}
+        m = [[sum(pa[i] == x and pb[i] == y for i in pa) for y in (0, 1)] for x in (0, 1)]
+        rows = t[f"options-flipmatrix-{space}"]
+        assert [r[1:3] for r in rows[:2]] == [[str(v) for v in row] for row in m], space
+        flips = s["flips"][f"{a} vs {b}"]["flips"]
+        assert m[0][1] + m[1][0] == flips
+        assert rows[3][1] == str(flips) and rows[3][3] == shown(flips)
+    ag = rows_by_first(t, "options-agreement")
+    assert ag["max |official − independent| (candidate log-likelihood)"][1] == shown(s["agreement"]["max_abs_diff"])
+    assert ag["candidates compared"][1] == shown(s["n_candidates"])
+    assert ag["lm-eval process_results acc/acc_norm mismatches"][1] == shown(
+        s["agreement"]["n_lm_eval_metric_mismatches"])
+
+
+def check_extraction(t, s, out):
+    h = rows_by_first(t, "extraction-scorers")
+    for name, sc in s["scorers"].items():
+        assert h[name][1:4] == [shown(sc["correct"]), shown(s["n_items"]), shown(sc["accuracy"])], name
+    for name, v in s["constant_answer_baselines"].items():
+        assert h[f"baseline: {name}"][1] == shown(v)
+    p = rows_by_first(t, "extraction-patterns")
+    assert set(p) == set(s["patterns"])
+    for key, x in s["patterns"].items():
+        assert p[key][4] == shown(x["n"])
+        assert p[key][1:4] == ["✓" if ch == "1" else "✗" for ch in key]
+    pr = rows_by_first(t, "extraction-paired")
+    for x in s["paired"].values():
+        assert pr[f"{x['a']} vs {x['b']}"][1:5] == [shown(x[k]) for k in ("both_correct", "only_a", "only_b",
+                                                                          "neither")]
+    fc = rows_by_first(t, "extraction-failures")
+    for cat, n in s["match_failures"]["all"].items():
+        assert fc[cat][1:4] == [shown(s["match_failures"][k][cat]) for k in ("all", "regex_wrong", "regex_right")]
+    reasons = rows_by_first(t, "extraction-strict-reasons")
+    for k, n in s["scorers"]["strict"]["reasons"].items():
+        assert reasons[k][1] == shown(n)
+    ag = rows_by_first(t, "extraction-agreement")
+    assert ag["regex extraction mismatches"][1] == shown(s["regex_agreement"]["n_mismatches"])
+    g = s["lm_eval_generate_until"]
+    assert ag["generations identical to lm-eval's"][1] == f"{g['n_identical']}/{g['n_compared']}"
+
+
+def check_mctaco(t, s, out):
+    h = rows_by_first(t, "mctaco-headline")
+    for key, row in (("official", "official (lm-eval 0.4.9.2)"), ("independent", "independent")):
+        assert h[row][1:5] == [shown(s[key]["correct"]), shown(s["n_documents"]), shown(s[key]["acc"]),
+                               shown(s[key]["f1"])], key
+    em = s["independent"]["em"]
+    assert h["independent"][6:8] == [f"{em['n_correct_questions']}/{em['n_complete_questions']}", shown(em["em"])]
+    for name, b in s["baselines"].items():
+        assert h[f"baseline: {name}"][3:5] == [shown(b["acc"]), shown(b["f1"])]
+    sc = rows_by_first(t, "mctaco-scope")
+    assert sc["lm-eval's own reported acc"][1] == shown(s["official"]["lm_eval_reported"]["acc"])
+    assert sc["lm-eval's own reported F1"][1] == shown(s["official"]["lm_eval_reported"]["f1"])
+    cats = rows_by_first(t, "mctaco-categories")
+    for c, v in s["by_category"].items():
+        assert cats[c][1:3] == [shown(v["n_documents"]), shown(v["acc"])] and cats[c][5] == shown(v["em"])
+    lim = rows_by_first(t, "mctaco-limits")
+    groups = rows_by_first(t, "mctaco-limit-groups")
+    assert lim["reference (this run)"][3:5] == [shown(s["limit_demo"]["reference"]["acc"]),
+                                                shown(s["limit_demo"]["reference"]["f1"])]
+    assert s["limit_demo"]["rows"], "the smoke run should demonstrate at least one limit"
+    for r in s["limit_demo"]["rows"]:
+        row = lim[f"limit {r['limit']}"]
+        assert row[2:7] == [shown(r["lm_eval"]["n_samples"]["effective"]), shown(r["lm_eval"]["acc"]),
+                            shown(r["lm_eval"]["f1"]), shown(r["delta_vs_reference"]["acc"]),
+                            shown(r["delta_vs_reference"]["f1"])]
+        g = groups[f"limit {r['limit']}"]
+        for c in r["cut_questions"]:
+            assert f"q{c['question_rank']} ({c['n_scored']}/{c['n_candidates']} candidates)" in g[3]
+        if not r["cut_questions"]:
+            assert g[3] == "none"
+        assert g[7] == shown(r["max_abs_diff_vs_main_run"])
+    ag = rows_by_first(t, "mctaco-agreement")
+    assert ag["max |official − independent| (candidate log-likelihood)"][1] == shown(s["agreement"]["max_abs_diff"])
+    assert ag["F1: lm-eval vs independent"][1] == shown(s["agreement"]["f1_official_vs_independent"])
+
+
+def check_harness(t, s, out):
+    board = s["leaderboard"]
+    h = rows_by_first(t, "harness-leaderboard")
+    for name, x in board["tasks"].items():
+        assert h[name][1:7] == [x["metric"], shown(x["score"]), f"{x['correct']}/{x['total']}", shown(x["timeouts"]),
+                                shown(x["latency_s"]), shown(x["latency_s_mean"])], name
+    overall = h["overall (mean of task scores)"]
+    assert overall[2] == shown(board["overall"])
+    assert overall[3] == f"{sum(x['correct'] for x in board['tasks'].values())}/{s['n_examples']}"
+    assert overall[4] == shown(sum(x["timeouts"] for x in board["tasks"].values()))
+    assert rows_by_first(t, "harness-settings")["adapter"][1] == board["adapter"]
+
+
+CHECKS = {"protocol": check_protocol, "options": check_options, "extraction": check_extraction,
+          "mctaco": check_mctaco, "harness": check_harness}
+
+
+def check_page(browser, page, out, tmp_path, tag):
+    text = page.read_text(encoding="utf-8")
+    # plots a person looks at: protocol 2, options 3, extraction 2, mctaco 3, harness 1
+    assert_self_contained(text, min_images=11)
+    shot = tmp_path / f"report-{tag}.png"
+    got = render(browser, page, shot)
+    assert_not_blank(shot)
+    outside = [u for u in got["requested"] if u != page.resolve().as_uri() and not u.startswith("data:")]
+    assert outside == [], f"the page requested {outside[:5]}"
+    assert got["images"] and all(done and width > 0 for done, width, _ in got["images"]), got["images"]
+    assert got["errors"] == 0, "a section fell back to the generic table on real evidence"
+    assert got["sections"] == list(CHECKS), got["sections"]
+    for name, check in CHECKS.items():
+        summary = json.loads((out / name / "summary.json").read_text())
+        check(got["tables"], summary, out)
+        check_stages(got["tables"], out, name)
+    return got
+
+
+def test_report_written_by_run_py(smoke_run, browser, tmp_path):
+    out, proc = smoke_run
+    page = out / "report.html"
+    assert page.exists(), "run.py --smoke did not write O/report.html:\n" + proc.stdout[-2000:]
+    assert f"report: {page}" in proc.stdout
+    check_page(browser, page, out, tmp_path, "run-py")
+
+
+def test_report_cli_on_a_copy_of_the_evidence(smoke_run, browser, tmp_path):
+    src, _ = smoke_run
+    out = tmp_path / "O"
+    shutil.copytree(src, out)
+    (out / "report.html").unlink(missing_ok=True)
+    proc = run_cli(REPORT, out, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == str(out / "report.html")
+    check_page(browser, out / "report.html", out, tmp_path, "cli")
+    if (src / "report.html").exists():   # the same evidence gives the same tables, whoever calls report.py
+        assert parse_tables((out / "report.html").read_text(encoding="utf-8")) == \
+            parse_tables((src / "report.html").read_text(encoding="utf-8"))
+
+
+def test_network_check_catches_an_external_resource(browser, tmp_path):
+    """The request log is what the page tests rely on; it must see a fetch when there is one."""
+    page = tmp_path / "leaky.html"
+    page.write_text('<!doctype html><html><body><p>x</p><img src="http://127.0.0.1:9/nothing.png"></body></html>',
+                    encoding="utf-8")
+    with pytest.raises(AssertionError):
+        assert_self_contained(page.read_text())
+    got = render(browser, page, tmp_path / "leaky.png")
+    assert any(u.startswith("http://127.0.0.1:9/") for u in got["requested"]), got["requested"]
