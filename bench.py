@@ -85,11 +85,11 @@ def worker(method, spec_path, result_path):
             wall = time.perf_counter() - t1
             extra = {"forward_passes": sum(len(r["candidates"]) for r in reqs)}
         elif method == "fast":
-            bs, mbt = config["fast_batch_size"], config["fast_max_batch_tokens"]
+            bs, mbt, w = config["fast_batch_size"], config["fast_max_batch_tokens"], fast_scoring.workers(config)
             items = [(i, r["context"], r["candidates"]) for i, r in enumerate(reqs)]
-            fast_scoring.score_candidates_fast(model, tok, items[:2], limit, bs, mbt)              # warm-up
+            fast_scoring.score_candidates_fast(model, tok, items[:2 * w], limit, bs, mbt, w)      # warm-up
             t1 = time.perf_counter()
-            res, stats = fast_scoring.score_candidates_fast(model, tok, items, limit, bs, mbt)
+            res, stats = fast_scoring.score_candidates_fast(model, tok, items, limit, bs, mbt, w)
             wall = time.perf_counter() - t1
             scores = [[c["score"] for c in res[i]] for i in range(len(reqs))]
             extra = dict(stats)
@@ -289,6 +289,9 @@ def main(argv=None):
         "sgemm_gflops_used": gflops, "flop_floor_s": floor_s, "load_average_before": load_before,
         "load_average_after": load_after, "cpu_count": os.cpu_count(), "table": table, "targets": targets,
         "timed_span": "scoring only: after model load and one untimed warm-up; tokenisation included",
+        "fast_workers": None if "fast" not in results else results["fast"]["extra"].get("workers"),
+        "idx": [r["idx"] for r in reqs], "scores": {m: results[m]["scores"] for m in methods},
+        "work_done": {m: results[m]["extra"] for m in methods},
         "command_line": sys.argv,
     }
     Path(args.out).write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")

@@ -22,6 +22,7 @@ CONFIG = {
     "fast_batch_size": 16,         # sequences per forward pass (contexts sorted by length)
     "fast_max_batch_tokens": 2048, # and at most this many padded tokens per forward pass
     "fast_tolerance": 1e-4,        # max |fast - parity| per candidate score
+    "fast_workers": None,          # batches run on this many threads x 1 torch thread each; None: `threads`
     # the identity-keyed result cache (experiments/result_cache.py): parity-mode scores only, never the official
     # path; run.py --no-cache bypasses it
     "result_cache_file": "results.sqlite",  # inside --cache

@@ -28,23 +28,28 @@ What makes it fast (all of it plain PyTorch around the Hugging Face model; no cu
    explicit position_ids (the trunk's own length + offset: the default would continue after the padded length
    and put a short trunk's branch too far from it) and a mask that hides the trunk batch's padding. Multi-token
    candidates always go this way: their context runs once and each candidate only adds its own tokens.
+5. Data parallel on the CPU (`workers`, config fast_workers, default one per configured thread): whole batches run
+   on Python threads with one intra-op torch thread each, instead of one batch split across threads. Small
+   matrices split across threads wait on each other at every operation, and on a shared machine one descheduled
+   thread stalls them all; independent batches do not. A batch's scores do not depend on the worker that ran it
+   (measured: bit-identical with 1 or 2 workers and with 1 or 2 intra-op threads).
 
 API (for experiments that want to adopt it; options, MC-TACO, extraction):
 
-    score_candidate_sets(model, tokenizer, items, limit, batch_size, max_batch_tokens) -> (results, stats)
+    score_candidate_sets(model, tokenizer, items, limit, batch_size, max_batch_tokens, workers) -> (results, stats)
         items: [{"key": any hashable, "context": str, "candidate_sets": [[str, ...], ...], "group": optional}]
         Several candidate sets for one context are scored in one pass (e.g. the options experiment's text and
         letter candidates after one list prompt). Items with equal `group` (e.g. the item idx) share their common
         token prefix. results[key] is a list (one per candidate set) of lists of
         {"text", "token_ids", "start", "score"} -- the same record shape as scoring.score_candidates, built with
         the same tokenisation (scoring.encode_pair: the context tokens must be a prefix; the limit is an error).
-    score_token_requests(model, requests, batch_size, max_batch_tokens) -> (scores, stats)
+    score_token_requests(model, requests, batch_size, max_batch_tokens, workers=1) -> (scores, stats)
         The token-level core. requests: [TokenRequest(ctx_ids, cands=[ids, ...], group=None)];
         scores[i][j] is the float score of candidate j of request i.
     plan(requests, batch_size, max_batch_tokens) -> Plan   (pure Python; what will run, without a model)
 
 `stats` counts forward passes, real and padded tokens, and output-layer rows, so a caller (bench.py) can compute
-the FLOPs actually spent.
+the FLOPs actually spent. workers(config) gives the worker count the configuration asks for.
 """
 from dataclasses import dataclass, field
 
@@ -80,6 +85,11 @@ class Plan:
     branches: list
     batches: list               # [[trunk index, ...], ...] in the order they run
     targets: list               # [(request index, candidate index)] in request order
+
+
+def workers(config):
+    """config fast_workers, or one worker per configured torch thread when it is None."""
+    return config.get("fast_workers") or config["threads"]
 
 
 def _lcp(seqs):
@@ -183,63 +193,109 @@ def _row_logprobs(model, hidden_rows):
     return torch.log_softmax(model.lm_head(hidden_rows), dim=-1)
 
 
-@torch.inference_mode()
-def score_token_requests(model, requests, batch_size=16, max_batch_tokens=4096, pad_id=None):
-    """Score every candidate of every request. Returns (scores, stats): scores[i][j] is a Python float."""
+def score_token_requests(model, requests, batch_size=16, max_batch_tokens=4096, pad_id=None, workers=1):
+    """Score every candidate of every request. Returns (scores, stats): scores[i][j] is a Python float.
+
+    workers > 1 runs the batches on that many Python threads with one intra-op torch thread each (data parallel;
+    torch releases the GIL inside its kernels). A batch's result does not depend on which worker runs it."""
     p = plan(requests, batch_size, max_batch_tokens)
     if pad_id is None:
         pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    base = model.model
     parts = [[] for _ in p.targets]      # per target: the candidate tokens' log-probabilities, in token order
-    stats = {"forward_passes": 0, "trunk_forward_passes": 0, "branch_forward_passes": 0, "trunks": len(p.trunks),
-             "branches": len(p.branches), "real_tokens": 0, "padded_tokens": 0, "output_rows": 0,
-             "batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "sequences": 0}
-
-    for batch in p.batches:
-        seqs = [p.trunks[t].ids for t in batch]
-        lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-        ids, mask = _pad(seqs, pad_id)
-        padded = bool((mask == 0).any())
-        need_kv = any(p.trunks[t].branches for t in batch)
-        out = base(input_ids=ids, attention_mask=mask if padded else None, use_cache=need_kv)
-        stats["forward_passes"] += 1
-        stats["trunk_forward_passes"] += 1
-        stats["sequences"] += len(seqs)
-        stats["real_tokens"] += int(lens.sum())
-        stats["padded_tokens"] += ids.numel()
-        hidden = out.last_hidden_state                          # [B, Lmax, d]
-
-        # one-token candidates (and first tokens) read at each trunk's last position
-        row_b = [b for b, t in enumerate(batch) if p.trunks[t].row_picks]
-        if row_b:
-            idx = torch.tensor(row_b, dtype=torch.long)
-            lp = _row_logprobs(model, hidden[idx, lens[idx] - 1])   # [R, V]
-            stats["output_rows"] += len(row_b)
-            picks = [(r, tok, target) for r, b in enumerate(row_b) for tok, target in p.trunks[batch[b]].row_picks]
-            _collect(lp, picks, parts)
-        if not need_kv:
-            continue
-
-        # branches continue from their trunk's keys and values
-        legacy = out.past_key_values.to_legacy_cache()
-        rows = [(b, bi) for b, t in enumerate(batch) for bi in p.trunks[t].branches]
-        rows.sort(key=lambda x: len(p.branches[x[1]].ids))
-        chunk, trunk_max = [], 0
-        for b, bi in rows:                  # ascending branch length: the newest row is the longest branch
-            cost = (len(chunk) + 1) * (max(trunk_max, int(lens[b])) + len(p.branches[bi].ids))
-            if chunk and (len(chunk) + 1 > batch_size or cost > max_batch_tokens):
-                _run_branches(model, p, chunk, lens, mask, legacy, pad_id, parts, stats)
-                chunk, trunk_max = [], 0
-            chunk.append((b, bi))
-            trunk_max = max(trunk_max, int(lens[b]))
-        _run_branches(model, p, chunk, lens, mask, legacy, pad_id, parts, stats)
-        del legacy, out
-
+    keys = ["forward_passes", "trunk_forward_passes", "branch_forward_passes", "real_tokens", "padded_tokens",
+            "output_rows", "sequences"]
+    per_worker = [dict.fromkeys(keys, 0) for _ in range(max(1, workers))]
+    run = lambda batch, st: _run_batch(model, p, batch, pad_id, parts, st, batch_size, max_batch_tokens)
+    if workers <= 1:
+        with torch.inference_mode():
+            for batch in p.batches:
+                run(batch, per_worker[0])
+    else:
+        _run_parallel(p.batches, run, per_worker)
+    stats = {k: sum(w[k] for w in per_worker) for k in keys}
+    stats.update(trunks=len(p.trunks), branches=len(p.branches), batch_size=batch_size,
+                 max_batch_tokens=max_batch_tokens, workers=max(1, workers))
     scores = [[None] * len(r.cands) for r in requests]
     for target, (i, j) in enumerate(p.targets):
         # the same reduction as parity mode: fp32 sum of the candidate tokens' fp32 log-probabilities, in order
         scores[i][j] = float(torch.tensor(parts[target], dtype=torch.float32).sum())
     return scores, stats
+
+
+def _run_parallel(batches, run, per_worker):
+    import queue
+    import threading
+
+    todo = queue.Queue()
+    for batch in sorted(batches, key=len, reverse=True):
+        todo.put(batch)
+    errors = []
+
+    def work(st):
+        try:
+            with torch.inference_mode():             # thread-local: each worker enters it itself
+                while True:
+                    try:
+                        batch = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    run(batch, st)
+        except BaseException as e:                   # re-raised in the caller below
+            errors.append(e)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        threads = [threading.Thread(target=work, args=(st,), daemon=True) for st in per_worker]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        torch.set_num_threads(before)
+    if errors:
+        raise errors[0]
+
+
+def _run_batch(model, p, batch, pad_id, parts, stats, batch_size, max_batch_tokens):
+    """One trunk batch (right-padded) and then the branches that continue from its keys and values."""
+    seqs = [p.trunks[t].ids for t in batch]
+    lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    ids, mask = _pad(seqs, pad_id)
+    padded = bool((mask == 0).any())
+    need_kv = any(p.trunks[t].branches for t in batch)
+    out = model.model(input_ids=ids, attention_mask=mask if padded else None, use_cache=need_kv)
+    stats["forward_passes"] += 1
+    stats["trunk_forward_passes"] += 1
+    stats["sequences"] += len(seqs)
+    stats["real_tokens"] += int(lens.sum())
+    stats["padded_tokens"] += ids.numel()
+    hidden = out.last_hidden_state                          # [B, Lmax, d]
+
+    # one-token candidates (and first tokens) read at each trunk's last position
+    row_b = [b for b, t in enumerate(batch) if p.trunks[t].row_picks]
+    if row_b:
+        idx = torch.tensor(row_b, dtype=torch.long)
+        lp = _row_logprobs(model, hidden[idx, lens[idx] - 1])   # [R, V]
+        stats["output_rows"] += len(row_b)
+        picks = [(r, tok, target) for r, b in enumerate(row_b) for tok, target in p.trunks[batch[b]].row_picks]
+        _collect(lp, picks, parts)
+    if not need_kv:
+        return
+
+    # branches continue from their trunk's keys and values
+    legacy = out.past_key_values.to_legacy_cache()
+    rows = [(b, bi) for b, t in enumerate(batch) for bi in p.trunks[t].branches]
+    rows.sort(key=lambda x: len(p.branches[x[1]].ids))
+    chunk, trunk_max = [], 0
+    for b, bi in rows:                  # ascending branch length: the newest row is the longest branch
+        cost = (len(chunk) + 1) * (max(trunk_max, int(lens[b])) + len(p.branches[bi].ids))
+        if chunk and (len(chunk) + 1 > batch_size or cost > max_batch_tokens):
+            _run_branches(model, p, chunk, lens, mask, legacy, pad_id, parts, stats)
+            chunk, trunk_max = [], 0
+        chunk.append((b, bi))
+        trunk_max = max(trunk_max, int(lens[b]))
+    _run_branches(model, p, chunk, lens, mask, legacy, pad_id, parts, stats)
 
 
 def _run_branches(model, p, chunk, trunk_lens, trunk_mask, legacy, pad_id, parts, stats):
@@ -275,7 +331,7 @@ def _collect(lp, picks, parts):
         parts[target].append(v)
 
 
-def score_candidate_sets(model, tokenizer, items, limit, batch_size=16, max_batch_tokens=4096):
+def score_candidate_sets(model, tokenizer, items, limit, batch_size=16, max_batch_tokens=4096, workers=1):
     """Text-level API: several candidate sets per context, each candidate tokenised exactly as parity mode does.
 
     Returns ({key: [[{"text", "token_ids", "start", "score"}, ...] per candidate set]}, stats)."""
@@ -298,7 +354,7 @@ def score_candidate_sets(model, tokenizer, items, limit, batch_size=16, max_batc
             cands.append(c_ids)
         requests.append(TokenRequest(ctx_ids=ctx_ids, cands=cands, group=it.get("group")))
         layout.append((it, texts, ctx_ids, cands))
-    scores, stats = score_token_requests(model, requests, batch_size, max_batch_tokens)
+    scores, stats = score_token_requests(model, requests, batch_size, max_batch_tokens, workers=workers)
     results = {}
     for (it, texts, ctx_ids, cands), sc in zip(layout, scores):
         by_text = {t: {"text": t, "token_ids": list(ids), "start": len(ctx_ids), "score": s}
@@ -307,8 +363,8 @@ def score_candidate_sets(model, tokenizer, items, limit, batch_size=16, max_batc
     return results, stats
 
 
-def score_candidates_fast(model, tokenizer, contexts, limit, batch_size=16, max_batch_tokens=4096):
+def score_candidates_fast(model, tokenizer, contexts, limit, batch_size=16, max_batch_tokens=4096, workers=1):
     """One candidate set per context: [(key, context, candidates)] -> ({key: [scored dicts]}, stats)."""
     items = [{"key": k, "context": c, "candidate_sets": [cands]} for k, c, cands in contexts]
-    res, stats = score_candidate_sets(model, tokenizer, items, limit, batch_size, max_batch_tokens)
+    res, stats = score_candidate_sets(model, tokenizer, items, limit, batch_size, max_batch_tokens, workers)
     return {k: v[0] for k, v in res.items()}, stats

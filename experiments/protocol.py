@@ -139,7 +139,8 @@ def run_fast(ctx, items, model, tokenizer):
         with ctx["stages"].stage(f"independent_{name}"):
             t0 = time.perf_counter()
             scores, stats = fast_scoring.score_candidates_fast(model, tokenizer, requests, config["max_input_tokens"],
-                                                               bs, config["fast_max_batch_tokens"])
+                                                               bs, config["fast_max_batch_tokens"],
+                                                               fast_scoring.workers(config))
             runs[name] = {"scores": scores, "stats": {**stats, "wall_s": round(time.perf_counter() - t0, 4)}}
     return runs
 
@@ -263,7 +264,7 @@ def compare_fast(records, fast, cache_stats, config, stages):
     section = {
         "parity_source": source, "parity_from_cache": k, "n_candidates": n,
         "batch_size": config["fast_batch_size"], "max_batch_tokens": config["fast_max_batch_tokens"],
-        "tolerance": config["fast_tolerance"], "passed": not bad,
+        "workers": fast_scoring.workers(config), "tolerance": config["fast_tolerance"], "passed": not bad,
         "vs_parity": diff_figures(parity, fast_n),
         "batch_invariance": {
             f"parity_vs_fast_batch{config['fast_batch_size']}": diff_figures(parity, fast_n),

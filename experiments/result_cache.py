@@ -4,7 +4,8 @@ A stored result (a per-candidate score, later a generation) answers only a reque
 same (DESIGN.md, Identity):
 
     run part   model sha256, tokenizer sha256, data content sha256, prompt/template sha256, the scoring config
-               (run.py's run_identity keys + the scorer name), code sha256 (evidence.code_sha256(): every
+               (as run.py's run_identity: the whole effective config.py CONFIG, + the scorer name), code sha256
+               (evidence.code_sha256(): every
                top-level *.py and experiments/*.py, so any code change misses), library versions, and the
                platform (CPU model, torch's CPU capability): the same fp32 code can round differently elsewhere.
     item part  whatever identifies the request within the run; for a candidate score: idx, sentence sha256,
@@ -49,9 +50,13 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-# The scoring-config keys of run.py's run_identity (tests/test_result_cache.py checks they stay the same).
-SCORING_KEYS = ["dtype", "attn_implementation", "threads", "device", "batch_size", "max_input_tokens",
-                "target_delimiter", "num_fewshot", "tie_rule", "sst2_choices"]
+
+
+def scoring_config(config):
+    """The scoring config of the identity: as run.py's run_identity, the whole effective config (every setting in
+    config.py can change a score). tests/test_result_cache.py checks the two stay the same."""
+    return dict(config)
+
 DEFAULT_FILE = "results.sqlite"
 KILL_ENV = "EVAL_TEST_KILL_AFTER_ITEMS"
 
@@ -88,7 +93,7 @@ def run_identity(*, model_sha256, tokenizer_sha256, data_content_sha256, prompt_
     return {
         "model_sha256": model_sha256, "tokenizer_sha256": tokenizer_sha256,
         "data_content_sha256": data_content_sha256, "prompt_template_sha256": prompt_template_sha256,
-        "scoring_config": {**{k: config[k] for k in SCORING_KEYS}, "scorer": scorer},
+        "scoring_config": scoring_config(config), "scorer": scorer,
         "code_sha256": code_sha256, "versions": versions,
         "platform": platform if platform is not None else platform_identity(),
         "extra": extra,

@@ -62,7 +62,7 @@ def test_fast_agrees_with_parity_on_32_dev_items(real, dev_items):
     for bs in (8, CONFIG["fast_batch_size"]):
         got, stats = fast_scoring.score_candidates_fast(model, tok, [(it["idx"], it["prompt"], it["candidates"])
                                                                      for it in items], LIMIT, bs,
-                                                        CONFIG["fast_max_batch_tokens"])
+                                                        CONFIG["fast_max_batch_tokens"], fast_scoring.workers(CONFIG))
         max_diff, changes, same_ids = agreement(ref, got)
         assert changes == 0 and same_ids, bs
         assert max_diff <= CONFIG["fast_tolerance"], (bs, max_diff)
@@ -151,6 +151,9 @@ def test_random_mixtures_agree_with_parity_on_tiny_model(tiny):
         got = {(it["key"], s): res[it["key"]][s] for it in items for s in range(len(it["candidate_sets"]))}
         max_diff, changes, same_ids = agreement(refs, got)
         assert same_ids and max_diff <= 1e-5, (bs, mbt, max_diff)
+        # data parallel: the same batches on 3 worker threads give the same floats, bit for bit
+        res3, st3 = fast_scoring.score_candidate_sets(model, tok, items, LIMIT, bs, mbt, workers=3)
+        assert res3 == res and st3["workers"] == 3
 
 
 # ---- the plan (pure Python) ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from experiments.result_cache import ResultCache, cache_key, run_identity
 
 BASE_CONFIG = {"dtype": "float32", "attn_implementation": "eager", "threads": 2, "device": "cpu", "batch_size": 1,
                "max_input_tokens": 512, "target_delimiter": " ", "num_fewshot": 0, "tie_rule": "first",
-               "sst2_choices": ["negative", "positive"], "unrelated_key": "not part of the key"}
+               "sst2_choices": ["negative", "positive"], "fast_batch_size": 16}
 
 
 def base_run():
@@ -40,9 +40,10 @@ RUN_CHANGES = [
     ("code hash", lambda r: r.update(code_sha256="b" * 64)),
     ("library version", lambda r: r["versions"].update(torch="2.1")),
     ("platform", lambda r: r["platform"].update(torch_cpu_capability="AVX2")),
-    ("scorer", lambda r: r["scoring_config"].update(scorer="independent-fast")),
+    ("scorer", lambda r: r.update(scorer="independent-fast")),
+    ("scoring config: a new key", lambda r: r["scoring_config"].update(new_setting=1)),
 ] + [(f"scoring config {k}", (lambda k: lambda r: r["scoring_config"].update({k: "changed"}))(k))
-     for k in result_cache.SCORING_KEYS]
+     for k in BASE_CONFIG]
 ITEM_CHANGES = [
     ("idx", lambda i: i.update(idx=8)),
     ("sentence sha", lambda i: i.update(sentence_sha256="z" * 64)),
@@ -69,29 +70,27 @@ def test_key_misses_when_one_item_identity_part_changes(part, change):
     assert cache_key(base_run(), item) != cache_key(base_run(), BASE_ITEM), part
 
 
-def test_key_is_stable_and_ignores_unrelated_config_and_dict_order():
+def test_key_is_stable_under_dict_order():
     run = base_run()
     other = run_identity(model_sha256="m" * 64, tokenizer_sha256="t" * 64, data_content_sha256="d" * 64,
-                         prompt_template_sha256="p" * 64, config={**BASE_CONFIG, "unrelated_key": "x"},
+                         prompt_template_sha256="p" * 64, config=dict(reversed(list(BASE_CONFIG.items()))),
                          scorer="independent-parity", code_sha256="c" * 64,
                          versions={"transformers": "4.0", "torch": "2.0"},
                          platform={"torch_cpu_capability": "AVX512", "machine": "x86_64", "cpu": "X"})
     assert cache_key(other, dict(reversed(list(BASE_ITEM.items())))) == cache_key(run, BASE_ITEM)
 
 
-def test_scoring_keys_are_run_identitys():
-    """The cache's scoring-config part is exactly run.py's run_identity scoring config (+ the scorer name)."""
+def test_scoring_config_is_run_identitys():
+    """The cache's scoring-config part is exactly run.py's run_identity scoring config (the scorer is separate)."""
     import run as run_py
-    from config import CONFIG
 
     env = {"git_commit": None, "git_dirty": None, "code_sha256": "c", "versions": {}}
     ident = run_py.run_identity(env, CONFIG, {"model_sha256": "m", "tokenizer_sha256": "t"},
                                 {"content_sha256": "d"}, {"prompt_template_sha256": "p", "config": {}})
-    assert sorted(ident["scoring_config"]) == sorted(result_cache.SCORING_KEYS)
+    assert result_cache.scoring_config(CONFIG) == ident["scoring_config"]
 
 
 def test_default_parts_are_this_process_code_hash_versions_and_platform():
-    from config import CONFIG
     from experiments.evidence import code_sha256
 
     run = run_identity(model_sha256="m", tokenizer_sha256="t", data_content_sha256="d", prompt_template_sha256="p",
