@@ -288,7 +288,7 @@ def record_schema_problems(r, n_cands_expected):
         elif not ok(r[k]):
             bad.append(f"{where} {k}: wrong type or empty ({short(r[k], 60)})")
     for k in r:
-        if k not in RECORD_FIELDS:
+        if k not in RECORD_FIELDS and k != "fast":   # "fast": run.py --fast (recomputed in fast_expected)
             bad.append(f"{where} {k}: a field audit.py has no rule for")
     if bad:
         return bad
@@ -319,6 +319,43 @@ def record_schema_problems(r, n_cands_expected):
     if not (len(r["abs_diff"]) == n and all(is_num(d) for d in r["abs_diff"])):
         bad.append(f"{where} abs_diff: expected {n} numbers, found {short(r['abs_diff'], 60)}")
     return bad
+
+
+def score_comparison(records, a_of, b_of):
+    """max abs diff, equal scores and argmax changes between two score lists per record (run.py --fast)."""
+    diffs, changed = [], []
+    for r in records:
+        a, b = a_of(r), b_of(r)
+        diffs += [abs(x - y) for x, y in zip(a, b)]
+        if argmax_first(a) != argmax_first(b):
+            changed.append(r["idx"])
+    return {"argmax_changed_idx": changed, "max_abs_diff": max(diffs) if diffs else MISSING,
+            "n_argmax_changes": len(changed), "n_scores": len(diffs), "n_scores_equal": sum(d == 0.0 for d in diffs)}
+
+
+def fast_expected(recorded, records, C, name):
+    """summary.fast of run.py --fast: the agreement figures recomputed from each record's fast scores; the
+    settings, timings and work counters in it are declared (they describe the run, not the items)."""
+    bad = []
+    for r in records:
+        f = r.get("fast")
+        if not isinstance(f, dict) or set(f) != {"scores", "scores_batch1", "pred"}:
+            bad.append(f"idx {r['idx']} fast: expected scores, scores_batch1, pred; found {short(f, 60)}")
+            continue
+        expect(bad, f"idx {r['idx']}", "fast.pred", f["pred"], argmax_first(f["scores"]))
+    C.add(name, "arithmetic", "fast mode records (--fast: predictions from the fast scores)", len(records), bad)
+    if bad or not isinstance(recorded, dict):
+        return MISSING
+    parity, fast, fast1 = (lambda r: r["independent"]["scores"]), (lambda r: r["fast"]["scores"]), \
+        (lambda r: r["fast"]["scores_batch1"])
+    vs = score_comparison(records, parity, fast)
+    tol = recorded.get("tolerance", MISSING)
+    return {**recorded, "vs_parity": vs, "n_candidates": vs["n_scores"],
+            "passed": vs["n_argmax_changes"] == 0 and is_num(tol) and vs["max_abs_diff"] <= tol,
+            "batch_invariance": {f"parity_vs_fast_batch{recorded.get('batch_size')}": vs,
+                                 "parity_vs_fast_batch1": score_comparison(records, parity, fast1),
+                                 f"fast_batch1_vs_batch{recorded.get('batch_size')}":
+                                     score_comparison(records, fast1, fast)}}
 
 
 def audit_protocol_arithmetic(C, name, ev):
@@ -532,6 +569,8 @@ def audit_protocol_arithmetic(C, name, ev):
         "identity_checks": {"passed": True, "n_samples_joined": n,
                             "fields": get(summ, "identity_checks.fields") if summ is not None else MISSING},
     }
+    if summ is not None and ("fast" in summ or any("fast" in r for r in records)):
+        expected["fast"] = fast_expected(summ.get("fast"), records, C, name)
     if summ is None:
         C.skip(name, A, "summary.json values", "summary.json missing (named under 'required files')")
     else:
@@ -3121,6 +3160,8 @@ def audit_mctaco_arithmetic(C, name, ev):
                             "fields": get(summ, "identity_checks.fields") if summ is not None else MISSING},
         "limit_demo": {"reference": reference, "rows": exp_rows, "shuffle_before_cut": shuffle_exp},
     }
+    if summ is not None and ("fast" in summ or any("fast" in r for r in records)):
+        expected["fast"] = fast_expected(summ.get("fast"), records, C, name)
     if summ is None:
         C.skip(name, A, "summary.json values", "summary.json missing (named under 'required files')")
     else:
@@ -3515,8 +3556,17 @@ def m_relabel_split(d):
     _edit_json(d, "protocol/summary.json", relabel)
 
 
-def m_salt(o):
-    o["selection"]["salt"] = o["config"]["selection_salt"] = o["selection"]["salt"] + "-x"
+def m_salt(d):
+    """A careful tamperer: the salt changes in config.json and in identity.json's scoring config (and its hash),
+    so only the selection rule itself can notice that the records were not chosen with this salt."""
+    def cfg(o):
+        o["selection"]["salt"] = o["config"]["selection_salt"] = o["selection"]["salt"] + "-x"
+
+    def ident(o):
+        o["scoring_config"]["selection_salt"] += "-x"
+        o["scoring_config_sha256"] = sha256_text(json.dumps(o["scoring_config"], sort_keys=True))
+    _edit_json(d, "protocol/config.json", cfg)
+    _edit_json(d, "protocol/identity.json", ident)
 
 
 def m_reported_acc(d):
@@ -3555,7 +3605,7 @@ MUTATIONS = [
      m_reported_acc, (A_, "summary.json")),
     ("relabel_split", "split relabelled consistently in config.json and summary.json (hides what was scored)",
      m_relabel_split, (A_, "item selection")),
-    ("change_salt", "selection salt changed consistently in config.json", edit_file("protocol/config.json", m_salt),
+    ("change_salt", "selection salt changed consistently in config.json and identity.json", m_salt,
      (A_, "item selection")),
     ("both_prompt_hashes", "record 0: prompt_sha256 and official.prompt_hash changed together",
      edit_records(m_both_prompt_hashes), (I_, "private texts")),

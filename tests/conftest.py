@@ -51,9 +51,10 @@ def smoke_run(prepared_cache, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def dev_run(prepared_cache, tmp_path_factory):
-    """The 64 development items of the fixture through the protocol experiment, once per session."""
+    """The 64 development items of the fixture through the protocol experiment, once per session (no result
+    cache: the bit-exact agreement is recomputed, not served)."""
     out = tmp_path_factory.mktemp("dev")
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--experiment", "protocol")
+    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--experiment", "protocol", "--no-cache")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out, proc
 

@@ -255,6 +255,9 @@ def test_no_cache_and_fast_and_a_code_change_all_recompute(snapshot, tmp_path):
                                              f"fast_batch1_vs_batch{n}"}
     recs = [json.loads(l) for l in (tmp_path / "c" / "protocol" / "records.jsonl").read_text().splitlines()]
     assert all(len(r["fast"]["scores"]) == len(r["fast"]["scores_batch1"]) == 2 for r in recs)
+    audit = run_cli("audit.py", tmp_path / "c")  # audit.py recomputes the fast figures from the records
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert "fast mode records" in audit.stdout
     # any code change misses (the key carries evidence.code_sha256())
     with open(repo / "experiments" / "scoring.py", "a") as f:
         f.write("\n# a comment changes the code hash\n")
