@@ -151,9 +151,17 @@ def test_random_mixtures_agree_with_parity_on_tiny_model(tiny):
         got = {(it["key"], s): res[it["key"]][s] for it in items for s in range(len(it["candidate_sets"]))}
         max_diff, changes, same_ids = agreement(refs, got)
         assert same_ids and max_diff <= 1e-5, (bs, mbt, max_diff)
-        # data parallel: the same batches on 3 worker threads give the same floats, bit for bit
+        # data parallel: the same batches on 3 worker threads (one intra-op thread each) give the same floats, bit
+        # for bit, as one worker with one intra-op thread. With more intra-op threads the kernels split the
+        # matrices differently, so only the tolerance above holds against `res`.
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            res1, _ = fast_scoring.score_candidate_sets(model, tok, items, LIMIT, bs, mbt, workers=1)
+        finally:
+            torch.set_num_threads(before)
         res3, st3 = fast_scoring.score_candidate_sets(model, tok, items, LIMIT, bs, mbt, workers=3)
-        assert res3 == res and st3["workers"] == 3
+        assert res3 == res1 and st3["workers"] == 3
 
 
 # ---- the plan (pure Python) ---------------------------------------------------------------------------------
