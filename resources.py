@@ -1,7 +1,9 @@
-"""Pinned resources: the lock, hashing, atomic writes, and the cache manifest.
+"""Pinned resources: the lock, hashing, atomic writes, the data schemas, and the cache manifest.
 
-Shared by prepare.py (which fills the cache) and run.py (which refuses to read anything the manifest does not
-vouch for). audit.py deliberately re-implements the little it needs instead of importing this module.
+The bottom layer (it imports nothing from this repository). prepare.py fills the cache with it; run.py, bench.py
+and the experiments read the cache through it (`verified_inputs`: nothing the manifest does not vouch for is
+read). The audit (audit.py, evidence_audit/) deliberately re-implements the little it needs instead of importing
+this module.
 
 Limits: verification is by sha256 of bytes (files) or of a canonical text rendering (data content); it says
 nothing about whether the pinned bytes are the "right" ones beyond matching the lock.
@@ -12,7 +14,9 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent
 LOCK_PATH = REPO / "resources.lock.json"
@@ -72,41 +76,59 @@ def atomic_write_json(path, obj):
     atomic_write_text(path, dumps(obj))
 
 
-# ---- data content -------------------------------------------------------------------------------------------
+# ---- data schemas ----------------------------------------------------------------------------------------------
+# A data lock entry's "schema" says what its rows look like: absent means SST-2 (sentence, label, idx), "mctaco"
+# means MC-TACO (sentence, question, answer, label, category). Every data step below (read, check, hash, write the
+# cache parquet, verify against the lock) is one function driven by the entry's Schema: the per-schema parts come
+# first, then the table (SCHEMAS), then the steps. Rows are dicts with "idx" 0..N-1 (lm-eval's doc_id is the row
+# position, so the two must coincide) and "label" 0/1, plus the schema's own fields. A new schema is one more
+# entry in the table: its reader(s), field check, canonical text and cache parquet columns.
 
-def canonical_rows_text(rows):
-    """The canonical rendering that identifies SST-2-shaped data, independent of file format.
-
-    One UTF-8 line f"{idx}\\t{label}\\t{sentence}\\n" per row in idx order, sentence exactly as stored.
-    """
-    return "".join(f"{r['idx']}\t{r['label']}\t{r['sentence']}\n" for r in rows)
-
-
-def content_sha256(rows):
-    return sha256_bytes(canonical_rows_text(rows).encode("utf-8"))
-
-
-def check_rows_shape(rows, where):
-    """idx must be 0..N-1 in order (lm-eval's doc_id is the row position, so the two must coincide)."""
-    for pos, r in enumerate(rows):
-        if r["idx"] != pos:
-            raise ResourceError(f"{where}: row {pos}: expected idx {pos}, found {r['idx']}")
-        if r["label"] not in (0, 1):
-            raise ResourceError(f"{where}: idx {pos}: expected label 0 or 1, found {r['label']!r}")
-        if not isinstance(r["sentence"], str) or "\t" in r["sentence"] or "\n" in r["sentence"]:
-            raise ResourceError(f"{where}: idx {pos}: sentence must be a string without tabs or newlines")
+@dataclass(frozen=True)
+class Schema:
+    name: str
+    canonical_text: Callable      # rows -> the text whose sha256 identifies the data, whatever the file format
+    check_fields: Callable        # (row, where) -> None or ResourceError: the fields besides idx and label
+    label_names: tuple            # label_counts keys, by label code
+    label_hint: str               # what a label must be, for error messages
+    parquet_columns: tuple        # the cache parquet: ((column, pyarrow type name), ...) in file order
+    read_tsv: Callable            # the release's text format: path -> rows
+    read_parquet: Callable        # a hub (or cache) parquet: path -> rows
+    tsv_format: str               # imported_from "format" of an imported .tsv copy
+    file_kinds: str               # what a data file may be, for error messages
+    extra_counts: tuple = ()      # ((fact key, noun, rows -> int), ...): further counts the lock pins and checks
 
 
-def read_glue_tsv(path):
-    """GLUE SST-2 dev.tsv: header `sentence\\tlabel`, row order is idx order. Strict: one clear error per defect."""
-    rows = []
+def tsv_lines(path):
+    """The lines of a UTF-8 text file split on \\n only (a sentence may hold any other character)."""
     with open(path, encoding="utf-8", newline="") as f:
         lines = f.read().split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    return lines
+
+
+# ---- SST-2 (GLUE): sentence, label, idx -------------------------------------------------------------------------
+
+def sst2_canonical_text(rows):
+    """The rendering that identifies SST-2-shaped data, independent of file format.
+
+    One UTF-8 line f"{idx}\\t{label}\\t{sentence}\\n" per row in idx order, sentence exactly as stored."""
+    return "".join(f"{r['idx']}\t{r['label']}\t{r['sentence']}\n" for r in rows)
+
+
+def check_sst2_fields(r, where):
+    if not isinstance(r["sentence"], str) or "\t" in r["sentence"] or "\n" in r["sentence"]:
+        raise ResourceError(f"{where}: sentence must be a string without tabs or newlines")
+
+
+def read_glue_tsv(path):
+    """GLUE SST-2 dev.tsv: header `sentence\\tlabel`, row order is idx order. Strict: one clear error per defect."""
+    lines = tsv_lines(path)
     if not lines or lines[0].rstrip("\r") != "sentence\tlabel":
         found = lines[0][:60] if lines else "an empty file"
         raise ResourceError(f"{path}:1: expected header 'sentence<TAB>label', found {found!r}")
+    rows = []
     for lineno, line in enumerate(lines[1:], start=2):
         parts = line.split("\t")
         if len(parts) != 2 or parts[1] not in ("0", "1"):
@@ -116,6 +138,7 @@ def read_glue_tsv(path):
 
 
 def read_parquet_rows(path):
+    """The hub's (or the cache's) SST-2 parquet: columns sentence, label, idx in any order; rows sorted by idx."""
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
@@ -127,68 +150,10 @@ def read_parquet_rows(path):
     return sorted(rows, key=lambda r: r["idx"]) if all(isinstance(r["idx"], int) for r in rows) else rows
 
 
-def read_data_file(path):
-    path = Path(path)
-    if not path.exists():
-        raise ResourceError(f"{path}: file not found")
-    if path.suffix == ".parquet":
-        return read_parquet_rows(path)
-    if path.suffix in (".tsv", ".txt"):
-        return read_glue_tsv(path)
-    raise ResourceError(f"{path}: expected a .parquet (hub) or .tsv (GLUE dev.tsv) file, found suffix {path.suffix!r}")
-
-
-def rows_to_parquet_bytes(rows):
-    """Deterministic parquet (no pandas metadata, fixed column order, uncompressed stats off) for the cache."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.table({
-        "sentence": pa.array([r["sentence"] for r in rows], pa.string()),
-        "label": pa.array([r["label"] for r in rows], pa.int64()),
-        "idx": pa.array([r["idx"] for r in rows], pa.int32()),
-    })
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd", write_statistics=False, store_schema=False)
-    return buf.getvalue()
-
-
-def verify_rows(rows, entry, where):
-    """Check a data copy against its lock entry: shape, row and label counts, then the canonical content hash.
-
-    On a hash mismatch with a reference copy available, the caller names the first differing idx.
-    """
-    check_rows_shape(rows, where)
-    if len(rows) != entry["rows"]:
-        raise ResourceError(f"{where}: expected {entry['rows']} rows, found {len(rows)}")
-    counts = {str(k): sum(r["label"] == k for r in rows) for k in (0, 1)}
-    if counts != entry["label_counts"]:
-        raise ResourceError(f"{where}: expected label counts {entry['label_counts']}, found {counts}")
-    found = content_sha256(rows)
-    if found != entry["content_sha256"]:
-        raise ResourceError(f"{where}: canonical content sha256 mismatch: expected {entry['content_sha256']}, "
-                            f"found {found}{first_difference_hint(rows, entry)}")
-
-
-def row_hash16(row):
-    return sha256_bytes(canonical_rows_text([row]).encode("utf-8"))[:16]
-
-
-def first_difference_hint(rows, entry):
-    """Name the first differing idx by comparing per-row hash prefixes, when the lock carries them."""
-    row_hashes = entry.get("row_sha256_16")
-    if not row_hashes:
-        return " (the lock has no per-row hashes for this resource, so the differing idx cannot be named)"
-    for r in rows:
-        if r["idx"] >= len(row_hashes) or row_hash16(r) != row_hashes[r["idx"]]:
-            return f" (first differing row: idx {r['idx']})"
-    return ""
-
-
-# ---- MC-TACO-shaped data (lock entries with "schema": "mctaco") ---------------------------------------------
-# One row per (question, candidate answer): sentence, question, answer, label, category, as lm-eval's mc_taco task
-# reads them (doc_to_target: label -> an index into doc_to_choice ["no", "yes"]). Rows are identified by their
-# position (idx 0..N-1, lm-eval's doc_id); a question by sha256 of (sentence, question).
+# ---- MC-TACO: sentence, question, answer, label, category ------------------------------------------------------
+# One row per (question, candidate answer), as lm-eval's mc_taco task reads them (doc_to_target: label -> an index
+# into doc_to_choice ["no", "yes"]). Rows are identified by their position; a question by sha256 of (sentence,
+# question). The cache parquet has no idx column (idx = row position).
 
 MCTACO_COLUMNS = ("sentence", "question", "answer", "label", "category")
 MCTACO_LABELS = ("no", "yes")            # label 0 = "no" (implausible), 1 = "yes" (plausible): doc_to_choice order
@@ -197,7 +162,7 @@ MCTACO_TEXT_FIELDS = ("sentence", "question", "answer")
 
 
 def mctaco_canonical_text(rows):
-    """The canonical rendering that identifies MC-TACO-shaped data, independent of file format.
+    """The rendering that identifies MC-TACO-shaped data, independent of file format.
 
     One UTF-8 line f"{idx}\\t{label_name}\\t{category}\\t{sentence}\\t{question}\\t{answer}\\n" per row in idx
     order, label_name "no"/"yes", category its name, texts exactly as stored. Names, not codes: a TSV with
@@ -205,14 +170,6 @@ def mctaco_canonical_text(rows):
     """
     return "".join(f"{r['idx']}\t{MCTACO_LABELS[r['label']]}\t{r['category']}\t{r['sentence']}\t{r['question']}"
                    f"\t{r['answer']}\n" for r in rows)
-
-
-def mctaco_content_sha256(rows):
-    return sha256_bytes(mctaco_canonical_text(rows).encode("utf-8"))
-
-
-def mctaco_row_hash16(row):
-    return sha256_bytes(mctaco_canonical_text([row]).encode("utf-8"))[:16]
 
 
 def mctaco_question_id(sentence, question):
@@ -231,48 +188,13 @@ def mctaco_questions(rows):
     return list(by_id.values())
 
 
-def check_mctaco_rows_shape(rows, where):
-    for pos, r in enumerate(rows):
-        if r["idx"] != pos:
-            raise ResourceError(f"{where}: row {pos}: expected idx {pos}, found {r['idx']}")
-        if r["label"] not in (0, 1):
-            raise ResourceError(f"{where}: idx {pos}: expected label 0/1 ('no'/'yes'), found {r['label']!r}")
-        if r["category"] not in MCTACO_CATEGORIES:
-            raise ResourceError(f"{where}: idx {pos}: category {r['category']!r} is not one of {MCTACO_CATEGORIES}")
-        for k in MCTACO_TEXT_FIELDS:
-            v = r[k]
-            if not isinstance(v, str) or not v or "\t" in v or "\n" in v or "\r" in v:
-                raise ResourceError(f"{where}: idx {pos}: {k} must be a non-empty string without tabs or newlines")
-
-
-def mctaco_label_counts(rows):
-    return {name: sum(r["label"] == k for r in rows) for k, name in enumerate(MCTACO_LABELS)}
-
-
-def verify_mctaco_rows(rows, entry, where):
-    """Check an MC-TACO copy against its lock entry: shape, counts, then the canonical content hash."""
-    check_mctaco_rows_shape(rows, where)
-    if entry.get("rows") is not None and len(rows) != entry["rows"]:
-        raise ResourceError(f"{where}: expected {entry['rows']} rows, found {len(rows)}")
-    counts = mctaco_label_counts(rows)
-    if entry.get("label_counts") is not None and counts != entry["label_counts"]:
-        raise ResourceError(f"{where}: expected label counts {entry['label_counts']}, found {counts}")
-    if entry.get("n_questions") is not None and len(mctaco_questions(rows)) != entry["n_questions"]:
-        raise ResourceError(f"{where}: expected {entry['n_questions']} questions, found "
-                            f"{len(mctaco_questions(rows))}")
-    if entry.get("content_sha256") is None:
-        raise ResourceError(f"{where}: the lock has no content_sha256 for this resource; nothing to verify against "
-                            f"(prepare.py --pin records it after the file hashes are checked)")
-    found = mctaco_content_sha256(rows)
-    if found != entry["content_sha256"]:
-        hint = ""
-        for r in rows:
-            hashes = entry.get("row_sha256_16") or []
-            if r["idx"] >= len(hashes) or mctaco_row_hash16(r) != hashes[r["idx"]]:
-                hint = f" (first differing row: idx {r['idx']})" if hashes else ""
-                break
-        raise ResourceError(f"{where}: canonical content sha256 mismatch: expected {entry['content_sha256']}, "
-                            f"found {found}{hint}")
+def check_mctaco_fields(r, where):
+    if r["category"] not in MCTACO_CATEGORIES:
+        raise ResourceError(f"{where}: category {r['category']!r} is not one of {MCTACO_CATEGORIES}")
+    for k in MCTACO_TEXT_FIELDS:
+        v = r[k]
+        if not isinstance(v, str) or not v or "\t" in v or "\n" in v or "\r" in v:
+            raise ResourceError(f"{where}: {k} must be a non-empty string without tabs or newlines")
 
 
 def _mctaco_row(idx, sentence, question, answer, label, category, where):
@@ -287,10 +209,7 @@ def _mctaco_row(idx, sentence, question, answer, label, category, where):
 def read_mctaco_tsv(path):
     """MC-TACO's release format: sentence, question, answer, label ("yes"/"no"), category, TAB-separated, no
     quoting. A first line equal to the column names (as in this repository's fixture) is a header and skipped."""
-    with open(path, encoding="utf-8", newline="") as f:
-        lines = f.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = tsv_lines(path)
     start = 1 if lines and lines[0].rstrip("\r") == "\t".join(MCTACO_COLUMNS) else 0
     rows = []
     for lineno, line in enumerate(lines[start:], start=start + 1):
@@ -302,6 +221,13 @@ def read_mctaco_tsv(path):
     return rows
 
 
+def classlabel_names(table):
+    """{column: names} for the columns the file's own `huggingface` schema metadata declares as ClassLabel."""
+    meta = (table.schema.metadata or {}).get(b"huggingface")
+    feats = json.loads(meta).get("info", {}).get("features", {}) if meta else {}
+    return {col: f["names"] for col, f in feats.items() if isinstance(f, dict) and f.get("_type") == "ClassLabel"}
+
+
 def read_mctaco_parquet(path):
     """A parquet with the five columns; label as int (0 no, 1 yes) or "yes"/"no"; category as its name or as a
     Hugging Face ClassLabel int (names taken from the file's own `huggingface` schema metadata)."""
@@ -311,13 +237,7 @@ def read_mctaco_parquet(path):
     missing = set(MCTACO_COLUMNS) - set(table.column_names)
     if missing:
         raise ResourceError(f"{path}: expected columns {', '.join(MCTACO_COLUMNS)}; missing {sorted(missing)}")
-    names = {}
-    meta = (table.schema.metadata or {}).get(b"huggingface")
-    if meta:
-        feats = json.loads(meta).get("info", {}).get("features", {})
-        for col in ("label", "category"):
-            if isinstance(feats.get(col), dict) and feats[col].get("_type") == "ClassLabel":
-                names[col] = feats[col]["names"]
+    names = classlabel_names(table)
     if names.get("label") not in (None, list(MCTACO_LABELS)):
         raise ResourceError(f"{path}: label ClassLabel names {names['label']}, expected {list(MCTACO_LABELS)}")
     cols = table.to_pydict()
@@ -333,30 +253,119 @@ def read_mctaco_parquet(path):
     return rows
 
 
-def read_mctaco_file(path):
+# ---- the schema table ------------------------------------------------------------------------------------------
+
+SST2 = Schema(
+    name="sst2", canonical_text=sst2_canonical_text, check_fields=check_sst2_fields,
+    label_names=("0", "1"), label_hint="0 or 1",
+    parquet_columns=(("sentence", "string"), ("label", "int64"), ("idx", "int32")),
+    read_tsv=read_glue_tsv, read_parquet=read_parquet_rows, tsv_format="glue-dev-tsv",
+    file_kinds="a .parquet (hub) or .tsv (GLUE dev.tsv)")
+
+MCTACO = Schema(
+    name="mctaco", canonical_text=mctaco_canonical_text, check_fields=check_mctaco_fields,
+    label_names=MCTACO_LABELS, label_hint="0/1 ('no'/'yes')",
+    parquet_columns=(("sentence", "string"), ("question", "string"), ("answer", "string"), ("label", "int64"),
+                     ("category", "string")),
+    read_tsv=read_mctaco_tsv, read_parquet=read_mctaco_parquet, tsv_format="mctaco-tsv",
+    file_kinds="a .parquet or an MC-TACO .tsv",
+    extra_counts=(("n_questions", "questions", lambda rows: len(mctaco_questions(rows))),))
+
+SCHEMAS = {s.name: s for s in (SST2, MCTACO)}
+
+
+# ---- the steps, one function each, driven by the schema -------------------------------------------------------
+# `schema` defaults to SST2, the schema of lock entries that name none; verify_rows takes the entry's own.
+
+def schema_of(entry):
+    """The Schema of a data lock (or manifest) entry; an entry without "schema" is SST-2."""
+    name = entry.get("schema", "sst2")
+    if name not in SCHEMAS:
+        raise ResourceError(f"data schema {name!r} is not one of {', '.join(SCHEMAS)}")
+    return SCHEMAS[name]
+
+
+def content_sha256(rows, schema=SST2):
+    return sha256_bytes(schema.canonical_text(rows).encode("utf-8"))
+
+
+def row_hash16(row, schema=SST2):
+    return content_sha256([row], schema)[:16]
+
+
+def check_rows_shape(rows, where, schema=SST2):
+    for pos, r in enumerate(rows):
+        if r["idx"] != pos:
+            raise ResourceError(f"{where}: row {pos}: expected idx {pos}, found {r['idx']}")
+        if r["label"] not in (0, 1):
+            raise ResourceError(f"{where}: idx {pos}: expected label {schema.label_hint}, found {r['label']!r}")
+        schema.check_fields(r, f"{where}: idx {pos}")
+
+
+def label_counts(rows, schema=SST2):
+    return {name: sum(r["label"] == k for r in rows) for k, name in enumerate(schema.label_names)}
+
+
+def content_facts(rows, schema=SST2):
+    """What the lock pins about a data copy: content hash, counts, per-row hash prefixes."""
+    facts = {"content_sha256": content_sha256(rows, schema), "rows": len(rows),
+             "label_counts": label_counts(rows, schema), "row_sha256_16": [row_hash16(r, schema) for r in rows]}
+    facts.update({key: count(rows) for key, _, count in schema.extra_counts})
+    return facts
+
+
+def verify_rows(rows, entry, where, schema=None):
+    """Check a data copy against its lock entry: shape, counts the entry pins, then the canonical content hash."""
+    schema = schema or schema_of(entry)
+    check_rows_shape(rows, where, schema)
+    if entry.get("rows") is not None and len(rows) != entry["rows"]:
+        raise ResourceError(f"{where}: expected {entry['rows']} rows, found {len(rows)}")
+    counts = label_counts(rows, schema)
+    if entry.get("label_counts") is not None and counts != entry["label_counts"]:
+        raise ResourceError(f"{where}: expected label counts {entry['label_counts']}, found {counts}")
+    for key, noun, count in schema.extra_counts:
+        if entry.get(key) is not None and count(rows) != entry[key]:
+            raise ResourceError(f"{where}: expected {entry[key]} {noun}, found {count(rows)}")
+    if entry.get("content_sha256") is None:
+        raise ResourceError(f"{where}: the lock has no content_sha256 for this resource; nothing to verify against "
+                            f"(prepare.py --pin records it after the file hashes are checked)")
+    found = content_sha256(rows, schema)
+    if found != entry["content_sha256"]:
+        raise ResourceError(f"{where}: canonical content sha256 mismatch: expected {entry['content_sha256']}, "
+                            f"found {found}{first_difference_hint(rows, entry, schema)}")
+
+
+def first_difference_hint(rows, entry, schema):
+    """Name the first differing idx by comparing per-row hash prefixes, when the lock carries them."""
+    row_hashes = entry.get("row_sha256_16")
+    if not row_hashes:
+        return " (the lock has no per-row hashes for this resource, so the differing idx cannot be named)"
+    for r in rows:
+        if r["idx"] >= len(row_hashes) or row_hash16(r, schema) != row_hashes[r["idx"]]:
+            return f" (first differing row: idx {r['idx']})"
+    return ""
+
+
+def read_data_file(path, schema=SST2):
+    """A local copy: a .parquet (hub layout) or the schema's release .tsv."""
     path = Path(path)
     if not path.exists():
         raise ResourceError(f"{path}: file not found")
     if path.suffix == ".parquet":
-        return read_mctaco_parquet(path)
+        return schema.read_parquet(path)
     if path.suffix in (".tsv", ".txt"):
-        return read_mctaco_tsv(path)
-    raise ResourceError(f"{path}: expected a .parquet or an MC-TACO .tsv file, found suffix {path.suffix!r}")
+        return schema.read_tsv(path)
+    raise ResourceError(f"{path}: expected {schema.file_kinds} file, found suffix {path.suffix!r}")
 
 
-def mctaco_rows_to_parquet_bytes(rows):
-    """The cache's MC-TACO parquet: columns sentence, question, answer (string), label (int64, 0 no / 1 yes, the
-    index into lm-eval's doc_to_choice), category (string name), in dataset order; no idx column (idx = row)."""
+def rows_to_parquet_bytes(rows, schema=SST2):
+    """The cache's parquet: the schema's columns in its order, zstd, no statistics, no stored (pandas) schema, so
+    the same rows always give the same bytes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({
-        "sentence": pa.array([r["sentence"] for r in rows], pa.string()),
-        "question": pa.array([r["question"] for r in rows], pa.string()),
-        "answer": pa.array([r["answer"] for r in rows], pa.string()),
-        "label": pa.array([r["label"] for r in rows], pa.int64()),
-        "category": pa.array([r["category"] for r in rows], pa.string()),
-    })
+    table = pa.table({col: pa.array([r[col] for r in rows], getattr(pa, type_name)())
+                      for col, type_name in schema.parquet_columns})
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd", write_statistics=False, store_schema=False)
     return buf.getvalue()
@@ -399,6 +408,40 @@ def verify_resource_files(cache, rid, manifest=None):
     return entry
 
 
+def verified_inputs(cache, model_id, data_id):
+    """Re-hash the model and data files the manifest vouches for; nothing unverified is ever read.
+
+    Returns (model_dir, parquet, model_identity, data_entry): the model's Hugging Face directory, the data's
+    validation parquet, {id, dir, model_sha256, tokenizer_sha256, source}, and the data's manifest entry.
+    Raises ResourceError naming the file and what to do."""
+    cache = Path(cache)
+    if not (cache / MANIFEST).exists():
+        raise ResourceError(f"{cache / MANIFEST}: no prepared cache here; run: python prepare.py --cache {cache}")
+    manifest = load_manifest(cache)
+    model_entry = verify_resource_files(cache, model_id, manifest)
+    data_entry = verify_resource_files(cache, data_id, manifest)
+    model_dir = cache / "models" / model_id
+    parquet = cache / "data" / data_id / "validation.parquet"
+    for path in (model_dir / "model.safetensors", model_dir / "tokenizer.json", parquet):
+        rel = str(path.relative_to(cache))
+        if rel not in model_entry["files"] and rel not in data_entry["files"]:
+            raise ResourceError(f"{path}: not listed in the manifest; run: python prepare.py --cache {cache}")
+    model_identity = {
+        "id": model_id, "dir": str(model_dir),
+        "model_sha256": model_entry["files"][f"models/{model_id}/model.safetensors"]["sha256"],
+        "tokenizer_sha256": model_entry["files"][f"models/{model_id}/tokenizer.json"]["sha256"],
+        "source": model_entry["source"],
+    }
+    return model_dir, parquet, model_identity, data_entry
+
+
 def fail(message, code=2):
     print(f"error: {message}", file=sys.stderr)
     sys.exit(code)
+
+
+# ---- transition: old MC-TACO names still called by tests/test_mctaco.py -----------------------------------------
+# (their owner switches them to the schema-driven functions above; then these three lines go)
+def check_mctaco_rows_shape(rows, where): return check_rows_shape(rows, where, MCTACO)  # noqa: E704
+def mctaco_content_sha256(rows): return content_sha256(rows, MCTACO)  # noqa: E704
+def mctaco_rows_to_parquet_bytes(rows): return rows_to_parquet_bytes(rows, MCTACO)  # noqa: E704

@@ -8,7 +8,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from resources import REPO, atomic_write_json, atomic_write_text, dumps, sha256_bytes
+from resources import REPO, atomic_write_json, atomic_write_text, sha256_bytes
 
 
 def jsonl(records):
@@ -27,11 +27,14 @@ def peak_rss_bytes():
 class IdentityMismatch(Exception):
     """Evidence does not belong to the item it claims, or the two paths disagree.
 
-    `rows` is a table of (idx, field, official, independent); run.py prints it and exits 1."""
+    `rows` is a table of (idx, field, official, independent); `details` (optional) says what the run did that the
+    table alone does not (e.g. the index order passed to lm-eval). run.py writes both into O/<NAME>.FAILED.json,
+    prints the table and exits 1."""
 
-    def __init__(self, message, rows):
+    def __init__(self, message, rows, details=None):
         super().__init__(message)
         self.rows = rows
+        self.details = details
 
 
 class Stages:
@@ -59,10 +62,29 @@ def git_identity():
     return {"git_commit": commit, "git_dirty": dirty}
 
 
+# config.py holds values, not code: each experiment's effective values are in its identity already
+# (identity.json scoring_config, and every result-cache key). Hashing the file as code would make any edit of any
+# section, e.g. a harness setting, miss every cached protocol score.
+CODE_HASH_EXCLUDES = {"config.py"}
+
+
 def code_sha256():
-    """Hash of the code that can change a score (top-level scripts, experiments/, harness/), independent of git."""
-    files = sorted([*REPO.glob("*.py"), *REPO.glob("experiments/*.py"), *REPO.glob("harness/*.py")])
+    """Hash of the code that can change a score (top-level scripts, experiments/, harness/), independent of git.
+
+    config.py is excluded (CODE_HASH_EXCLUDES): the settings an experiment's scores depend on enter its identity as
+    values, section by section, so a change to another experiment's section does not change this one's identity."""
+    files = sorted(p for p in [*REPO.glob("*.py"), *REPO.glob("experiments/*.py"), *REPO.glob("harness/*.py")]
+                   if str(p.relative_to(REPO)) not in CODE_HASH_EXCLUDES)
     return sha256_bytes(b"".join(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes() for p in files))
+
+
+def cpu_model():
+    """The CPU model name from /proc/cpuinfo ("" where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def environment(threads):
@@ -75,12 +97,7 @@ def environment(threads):
             versions[pkg] = md.version(pkg.replace("_", "-"))
         except md.PackageNotFoundError:
             versions[pkg] = None
-    cpu = ""
-    try:
-        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"python": sys.version.split()[0], "platform": platform.platform(), "cpu": cpu,
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "cpu": cpu_model(),
             "cpu_count": os.cpu_count(), "torch_threads": threads, "versions": versions,
             "command_line": sys.argv, **git_identity(), "code_sha256": code_sha256()}
 
@@ -88,5 +105,3 @@ def environment(threads):
 def write_json(path, obj):
     atomic_write_json(path, obj)
 
-
-__all__ = ["IdentityMismatch", "Stages", "environment", "write_json", "write_jsonl", "jsonl", "dumps", "peak_rss_bytes"]

@@ -12,25 +12,29 @@ generated tokens are scored (the terminating eos removed). An input over max_inp
 Public records carry hashes and scores; the prompts and generations go to O/private/extraction/. The audit sample
 is written to O/extraction.preregistration.json before the model is loaded; its sha256 is in config.json. The
 human-review figures are null here: they exist only once a filled sheet is imported (audit.py --review SHEET).
+
+Flags it honours (ctx.options): out only (the pre-registration file is written into O before generation).
 """
 import hashlib
 import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import torch
 from tqdm import tqdm
 
 import resources
 from experiments import extraction_scorers as S
-from experiments import scoring
+from experiments import official, scoring, two_paths
+from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.extraction_sample import AUDIT_RULE, choose_audit_sample, class_weights
 from experiments.review_page import build_review_page
-from experiments.selection import select, selection_block
+from experiments.scoring import sha256_text
+from experiments.selection import config_head, load_rows, select_items
 
 NAME = "extraction"
+CONFIG_SECTIONS = ("shared", "extraction")
 PREREGISTRATION_FILE = "extraction.preregistration.json"     # in O/, written before the model is loaded
 SCORERS = ("exact", "strict", "regex")
 LM_EVAL_FILES = ["filters/__init__.py", "filters/extraction.py", "filters/selection.py", "api/filter.py",
@@ -43,25 +47,19 @@ HUMAN_REVIEW_NULL = {
 }
 
 
-def sha256_text(text):
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def data_label(ctx):
+    return ctx.inputs.data_id
 
 
 def utc_now():
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-def load_rows(parquet_path):
-    cols = pq.read_table(parquet_path).to_pydict()
-    return [{"idx": int(i), "label": int(l), "sentence": s}
-            for s, l, i in zip(cols["sentence"], cols["label"], cols["idx"])]
-
-
 # ---- 1. the pre-registered audit sample (no model, no text, no output) ------------------------------------------
 
 def preregistration(ctx, rows, idx_list):
     """The audit sample and everything needed to recompute it, as the exact bytes written to O/."""
-    config = ctx["config"]
+    config = ctx.config
     labels = config["extraction_labels"]
     idx_labels = [(i, rows[i]["label"]) for i in idx_list]
     sample = choose_audit_sample(idx_labels, config["extraction_audit_salt"], config["extraction_audit_per_class"])
@@ -69,10 +67,10 @@ def preregistration(ctx, rows, idx_list):
         s["label_name"] = labels[s["label"]]
         s["sentence_sha256"] = sha256_text(rows[s["idx"]]["sentence"])
     return {
-        "format": "extraction-audit-sample/v1", "experiment": NAME, "split": ctx["split"],
+        "format": "extraction-audit-sample/v1", "experiment": NAME, "split": ctx.split,
         "rule": AUDIT_RULE, "salt": config["extraction_audit_salt"],
         "per_class": config["extraction_audit_per_class"],
-        "population": {"data": ctx["data_id"], "data_content_sha256": ctx["data_content_sha256"],
+        "population": {"data": ctx.inputs.data_id, "data_content_sha256": ctx.inputs.data_content_sha256,
                        "item_idx": list(idx_list), "labels": [l for _, l in idx_labels]},
         "class_weights": class_weights(idx_labels, sample),
         "weighted_estimate_rule": config["extraction_weighted_estimate_rule"],
@@ -104,7 +102,6 @@ def build_items(rows, idx_list, config, tokenizer):
     items = []
     for rank, idx in enumerate(idx_list):
         row = rows[idx]
-        assert row["idx"] == idx, f"row at position {idx} has idx {row['idx']}"
         # str.replace, not str.format: a brace in a review must not be interpreted
         user = config["extraction_user_prompt"].replace("{sentence}", row["sentence"])
         prompt = render_prompt(tokenizer, user)
@@ -142,13 +139,9 @@ def finish_reason(new_ids, eos_id, max_new_tokens, where):
 
 
 def generate_all(ctx, items):
-    from adapter import load_model, load_tokenizer
-
-    config, stages = ctx["config"], ctx["stages"]
+    config, stages = ctx.config, ctx.stages
     n_new = config["extraction_max_new_tokens"]
-    with stages.stage("model_load"):
-        model = load_model(ctx["model_dir"], config)
-        tokenizer = load_tokenizer(ctx["model_dir"])
+    model, tokenizer = two_paths.load_independent_model(ctx, "model_load")
     eos_id = tokenizer.eos_token_id
     started = utc_now()
     with stages.stage("generate"):
@@ -158,8 +151,7 @@ def generate_all(ctx, items):
             text_ids = new[:-1] if it["finish_reason"] == "eos" else new
             it["generated_ids"] = new
             it["generation"] = tokenizer.decode(text_ids, skip_special_tokens=False)
-    meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
-            "torch_threads": torch.get_num_threads(), "eos_token_id": eos_id,
+    meta = {**two_paths.model_facts(model), "eos_token_id": eos_id,
             "eos_token": tokenizer.convert_ids_to_tokens(eos_id),
             "generate_call": {"do_sample": False, "num_beams": 1, "max_new_tokens": n_new, "eos_token_id": eos_id,
                               "pad_token_id": eos_id, "attention_mask": "all ones (one sequence, no padding)"},
@@ -176,22 +168,16 @@ def lm_eval_generate_until(ctx, items):
 
     max_length = max_input_tokens + max_new_tokens, so HFLM's left truncation (to max_length - max_gen_toks) can
     never cut an admissible input."""
-    from lm_eval.api.instance import Instance
-    from lm_eval.models.huggingface import HFLM
-
-    config, stages = ctx["config"], ctx["stages"]
+    config, stages = ctx.config, ctx.stages
     n_new = config["extraction_max_new_tokens"]
-    settings = {"pretrained": str(ctx["model_dir"]), "device": config["device"], "dtype": config["dtype"],
+    settings = {"pretrained": str(ctx.inputs.model_dir), "device": config["device"], "dtype": config["dtype"],
                 "batch_size": config["batch_size"], "max_length": config["max_input_tokens"] + n_new,
                 "attn_implementation": config["attn_implementation"]}
     with stages.stage("lm_eval_model_load"):
-        lm = HFLM(**settings)
+        lm = official.make_hflm(settings)
     gen_kwargs = {"until": [], "max_gen_toks": n_new, "do_sample": False}
-    requests = [Instance(request_type="generate_until", doc={"idx": it["idx"]},
-                         arguments=(it["prompt"], dict(gen_kwargs)), idx=0) for it in items]
     with stages.stage("lm_eval_generate_until"):
-        texts = lm.generate_until(requests)
-        encodings = [lm.tok_batch_encode([it["prompt"]])[0][0].tolist() for it in items]
+        texts, encodings = official.generate_until(lm, [it["prompt"] for it in items], gen_kwargs)
     meta = {"hflm": settings, "gen_kwargs": gen_kwargs, "model_dtype": str(lm.model.dtype),
             "torch_threads": torch.get_num_threads(),
             "stop_sequences": "until=[] -> lm-eval adds the eos string, so only eos (or the length limit) stops it"}
@@ -208,21 +194,8 @@ def lm_eval_filter_config(config):
 
 
 def lm_eval_extract(config, texts):
-    """lm-eval's FilterEnsemble (RegexFilter then TakeFirstFilter, built from its registry) on instances whose
-    resps are [generation], the nested list shape a task's filters receive. Returns one string per text."""
-    from lm_eval.api.instance import Instance
-    from lm_eval.filters import build_filter_ensemble
-
-    spec = lm_eval_filter_config(config)
-    ensemble = build_filter_ensemble(spec["name"], [
-        [f["function"], {k: v for k, v in f.items() if k != "function"} or None] for f in spec["filter"]])
-    instances = []
-    for i, t in enumerate(texts):
-        inst = Instance(request_type="generate_until", doc={}, arguments=("", {}), idx=0, metadata=("x", i, 1))
-        inst.resps = [t]
-        instances.append(inst)
-    ensemble.apply(instances)
-    return [inst.filtered_resps[spec["name"]] for inst in instances]
+    """lm-eval's RegexFilter then TakeFirstFilter (official.apply_filters) on each generation."""
+    return official.apply_filters(lm_eval_filter_config(config), texts)
 
 
 # ---- 4. scoring, paired tables, failure categories ----------------------------------------------------------------
@@ -323,95 +296,63 @@ def headline(s):
 
 # ---- the experiment ------------------------------------------------------------------------------------------------
 
-def run(ctx):
-    from experiments import official
+def score_all(config, items, lm_texts, lm_enc, prereg):
+    """(public records, private rows) of every item; the official and the independent regex extraction must agree
+    on every item (IdentityMismatch otherwise). lm_texts/lm_enc are None when the lm-eval cross-check did not run."""
+    labels, fallback = config["extraction_labels"], config["extraction_regex_fallback"]
+    official_extractions = lm_eval_extract(config, [it["generation"] for it in items])
+    records, private_rows, bad = [], [], []
+    for k, it in enumerate(items):
+        sc = score_item(it, official_extractions[k], labels, fallback)
+        if sc["regex"]["official"] != sc["regex"]["independent"]:
+            bad.append((it["idx"], "regex extraction", sc["regex"]["official"], sc["regex"]["independent"]))
+        lm = ({"identical": lm_texts[k] == it["generation"], "text_sha256": sha256_text(lm_texts[k]),
+               "input_ids_identical": lm_enc[k] == it["input_ids"]} if lm_texts is not None else
+              {"identical": None, "text_sha256": None, "input_ids_identical": None})
+        in_sample = next((s["position"] for s in prereg["items"] if s["idx"] == it["idx"]), None)
+        records.append({
+            "idx": it["idx"], "rank": it["rank"], "label": it["label"], "label_name": it["label_name"],
+            "sentence_sha256": sha256_text(it["sentence"]), "user_message_sha256": sha256_text(it["user_message"]),
+            "prompt_sha256": sha256_text(it["prompt"]), "input_tokens": len(it["input_ids"]),
+            "generated_tokens": len(it["generated_ids"]), "finish_reason": it["finish_reason"],
+            "generation_sha256": sha256_text(it["generation"]),
+            "generated_ids_sha256": sha256_text(json.dumps(it["generated_ids"])),
+            **sc, "lm_eval_generate_until": lm, "audit_position": in_sample,
+        })
+        private_rows.append({"idx": it["idx"], "sentence": it["sentence"], "user_message": it["user_message"],
+                             "prompt": it["prompt"], "generation": it["generation"],
+                             "generated_ids": it["generated_ids"],
+                             "lm_eval_generation": lm_texts[k] if lm_texts is not None else None})
+    if bad:
+        raise IdentityMismatch(f"{len(bad)} items: lm-eval's RegexFilter+TakeFirstFilter and the independent "
+                               "regex extraction differ", bad)
+    return records, private_rows
 
-    config, split, stages = ctx["config"], ctx["split"], ctx["stages"]
-    out = Path(ctx.get("out") or ctx["args"].out)
+
+def review_page(ctx, items, prereg, prereg_sha):
+    """The review page of the pre-registered sample: the review, the label, the full answer; no scores."""
+    by_idx = {it["idx"]: it for it in items}
+    review_items = [{"position": s["position"], "idx": s["idx"], "label_name": s["label_name"],
+                     "sentence": by_idx[s["idx"]]["sentence"], "answer": by_idx[s["idx"]]["generation"],
+                     "finish_reason": by_idx[s["idx"]]["finish_reason"],
+                     "generated_tokens": len(by_idx[s["idx"]]["generated_ids"]),
+                     "sentence_sha256": s["sentence_sha256"],
+                     "answer_sha256": sha256_text(by_idx[s["idx"]]["generation"])} for s in prereg["items"]]
+    return build_review_page(review_items, {"experiment": NAME, "split": ctx.split,
+                                            "preregistration_sha256": prereg_sha,
+                                            "max_new_tokens": ctx.config["extraction_max_new_tokens"],
+                                            "labels": ctx.config["extraction_labels"]})
+
+
+def config_of(ctx, rows, idx_list, prereg, prereg_sha, chat_template, gen_meta, lm_meta):
+    config = ctx.config
     labels = config["extraction_labels"]
-    fallback = config["extraction_regex_fallback"]
-    n_new = config["extraction_max_new_tokens"]
-
-    with stages.stage("selection"):
-        rows = load_rows(ctx["parquet_path"])
-        if [r["idx"] for r in rows] != list(range(len(rows))):
-            raise IdentityMismatch("data rows are not in idx order 0..n-1", [(None, "idx order", None, None)])
-        idx_list = select(split, config["selection_salt"], len(rows), config["n_dev"], config["n_confirm"],
-                          config["n_smoke"])
-    # The audit sample is chosen and written now: nothing model-related exists yet in this process's run.
-    with stages.stage("audit_sample_preregistration"):
-        prereg = preregistration(ctx, rows, idx_list)
-        prereg_path, prereg_sha = write_preregistration(out, prereg)
-
-    from adapter import load_tokenizer
-
-    with stages.stage("prompts"):
-        tokenizer = load_tokenizer(ctx["model_dir"])
-        items = build_items(rows, idx_list, config, tokenizer)
-    gen_meta = generate_all(ctx, items)
-
-    lm_meta, lm_texts, lm_enc = None, None, None
-    if config["extraction_crosscheck_lm_eval"]:
-        lm_texts, lm_enc, lm_meta = lm_eval_generate_until(ctx, items)
-        if lm_meta["model_dtype"] != gen_meta["model_dtype"] or lm_meta["torch_threads"] != gen_meta["torch_threads"]:
-            raise IdentityMismatch("transformers and lm-eval generated with different settings",
-                                   [(None, "dtype/threads", lm_meta["model_dtype"], gen_meta["model_dtype"])])
-
-    with stages.stage("score"):
-        official_extractions = lm_eval_extract(config, [it["generation"] for it in items])
-        records, private_rows, bad = [], [], []
-        for k, it in enumerate(items):
-            sc = score_item(it, official_extractions[k], labels, fallback)
-            if sc["regex"]["official"] != sc["regex"]["independent"]:
-                bad.append((it["idx"], "regex extraction", sc["regex"]["official"], sc["regex"]["independent"]))
-            lm = ({"identical": lm_texts[k] == it["generation"], "text_sha256": sha256_text(lm_texts[k]),
-                   "input_ids_identical": lm_enc[k] == it["input_ids"]} if lm_meta is not None else
-                  {"identical": None, "text_sha256": None, "input_ids_identical": None})
-            in_sample = next((s["position"] for s in prereg["items"] if s["idx"] == it["idx"]), None)
-            records.append({
-                "idx": it["idx"], "rank": it["rank"], "label": it["label"], "label_name": it["label_name"],
-                "sentence_sha256": sha256_text(it["sentence"]), "user_message_sha256": sha256_text(it["user_message"]),
-                "prompt_sha256": sha256_text(it["prompt"]), "input_tokens": len(it["input_ids"]),
-                "generated_tokens": len(it["generated_ids"]), "finish_reason": it["finish_reason"],
-                "generation_sha256": sha256_text(it["generation"]),
-                "generated_ids_sha256": sha256_text(json.dumps(it["generated_ids"])),
-                **sc, "lm_eval_generate_until": lm, "audit_position": in_sample,
-            })
-            private_rows.append({"idx": it["idx"], "sentence": it["sentence"], "user_message": it["user_message"],
-                                 "prompt": it["prompt"], "generation": it["generation"],
-                                 "generated_ids": it["generated_ids"],
-                                 "lm_eval_generation": lm_texts[k] if lm_meta is not None else None})
-        if bad:
-            raise IdentityMismatch(f"{len(bad)} items: lm-eval's RegexFilter+TakeFirstFilter and the independent "
-                                   "regex extraction differ", bad)
-        summary = summarise(records, split, config, lm_meta, prereg, prereg_sha)
-
-    with stages.stage("review_page"):
-        by_idx = {it["idx"]: it for it in items}
-        review_items = [{"position": s["position"], "idx": s["idx"], "label_name": s["label_name"],
-                         "sentence": by_idx[s["idx"]]["sentence"], "answer": by_idx[s["idx"]]["generation"],
-                         "finish_reason": by_idx[s["idx"]]["finish_reason"],
-                         "generated_tokens": len(by_idx[s["idx"]]["generated_ids"]),
-                         "sentence_sha256": s["sentence_sha256"],
-                         "answer_sha256": sha256_text(by_idx[s["idx"]]["generation"])} for s in prereg["items"]]
-        page = build_review_page(review_items, {"experiment": NAME, "split": split,
-                                                "preregistration_sha256": prereg_sha, "max_new_tokens": n_new,
-                                                "labels": labels})
-
-    if prereg_path.read_text(encoding="utf-8") != json.dumps(prereg, indent=1, sort_keys=True,
-                                                             ensure_ascii=False) + "\n":
-        raise IdentityMismatch("the pre-registration file changed during the run",
-                               [(None, str(prereg_path), prereg_sha, "changed")])
-    in_tok = [len(it["input_ids"]) for it in items]
-    gen_tok = [len(it["generated_ids"]) for it in items]
-    config_out = {
-        "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
-        "data": ctx["data_id"], "data_content_sha256": ctx["data_content_sha256"], "n_rows": len(rows),
-        "selection": selection_block(config, split, idx_list),
+    return {
+        **config_head(ctx, NAME, len(rows), idx_list),
         "audit_sample": {"preregistration_file": PREREGISTRATION_FILE, "preregistration_sha256": prereg_sha,
                          "preregistration": prereg},
         "prompt": {"user_template": config["extraction_user_prompt"],
-                   "chat_template_sha256": sha256_text(tokenizer.chat_template),
+                   "chat_template_sha256": sha256_text(chat_template),
                    "chat_template": "the tokenizer's own (SmolLM2; its default system message), "
                                     "add_generation_prompt=True",
                    "tokenisation": "tokenizer(prompt, add_special_tokens=False)"},
@@ -422,18 +363,57 @@ def run(ctx):
                     "strict_reasons": list(S.STRICT_REASONS),
                     "regex": "lm-eval RegexFilter(first match, group_select 0, fallback) + TakeFirstFilter; "
                              "prediction = match lowercased; independent re-implementation must agree"},
-        "config": config, "generation": gen_meta,
+        "generation": gen_meta,
         "official": {"lm_eval_version": official.version(), "filter_list": [lm_eval_filter_config(config)],
                      "generate_until": lm_meta,
                      "lm_eval_files_sha256": {rel: hashlib.sha256((official.LM_EVAL_DIR / rel).read_bytes())
                                               .hexdigest() for rel in LM_EVAL_FILES}},
-        "model": ctx["model_identity"],
     }
-    stats = {"input_tokens": {"min": min(in_tok), "max": max(in_tok), "total": sum(in_tok)},
-             "generated_tokens": {"min": min(gen_tok), "max": max(gen_tok), "total": sum(gen_tok),
-                                  "includes_eos": True},
-             "n_items": len(items)}
-    return {"config": config_out, "records": records, "summary": summary, "token_stats": stats,
-            "private": {"generations.jsonl": jsonl(private_rows), "review.html": page},
-            "headline": headline(summary),
-            "prompt_template_sha256": sha256_text(config["extraction_user_prompt"])}
+
+
+def generate_and_crosscheck(ctx, rows, idx_list):
+    """(items with their generations, chat template, generation meta, lm-eval texts, encodings and meta)."""
+    from adapter import load_tokenizer
+
+    config = ctx.config
+    with ctx.stages.stage("prompts"):
+        tokenizer = load_tokenizer(ctx.inputs.model_dir)
+        items = build_items(rows, idx_list, config, tokenizer)
+    gen_meta = generate_all(ctx, items)
+    lm_texts, lm_enc, lm_meta = None, None, None
+    if config["extraction_crosscheck_lm_eval"]:
+        lm_texts, lm_enc, lm_meta = lm_eval_generate_until(ctx, items)
+        two_paths.check_same_loading(lm_meta, gen_meta, ("model_dtype", "torch_threads"),
+                                     "transformers and lm-eval generated with different settings")
+    return items, tokenizer.chat_template, gen_meta, lm_texts, lm_enc, lm_meta
+
+
+def run(ctx):
+    config, stages = ctx.config, ctx.stages
+    with stages.stage("selection"):
+        rows = load_rows(ctx.inputs.parquet_path)
+        idx_list = select_items(config, ctx.split, len(rows))
+    # The audit sample is chosen and written now: nothing model-related exists yet in this process's run.
+    with stages.stage("audit_sample_preregistration"):
+        prereg = preregistration(ctx, rows, idx_list)
+        prereg_path, prereg_sha = write_preregistration(ctx.options.out, prereg)
+
+    items, chat_template, gen_meta, lm_texts, lm_enc, lm_meta = generate_and_crosscheck(ctx, rows, idx_list)
+    with stages.stage("score"):
+        records, private_rows = score_all(config, items, lm_texts, lm_enc, prereg)
+        summary = summarise(records, ctx.split, config, lm_meta, prereg, prereg_sha)
+    with stages.stage("review_page"):
+        page = review_page(ctx, items, prereg, prereg_sha)
+
+    if prereg_path.read_text(encoding="utf-8") != json.dumps(prereg, indent=1, sort_keys=True,
+                                                             ensure_ascii=False) + "\n":
+        raise IdentityMismatch("the pre-registration file changed during the run",
+                               [(None, str(prereg_path), prereg_sha, "changed")])
+    in_tok = [len(it["input_ids"]) for it in items]
+    gen_tok = [len(it["generated_ids"]) for it in items]
+    stats = {"input_tokens": two_paths.span(in_tok),
+             "generated_tokens": {**two_paths.span(gen_tok), "includes_eos": True}, "n_items": len(items)}
+    return Result(config=config_of(ctx, rows, idx_list, prereg, prereg_sha, chat_template, gen_meta, lm_meta),
+                  records=records, summary=summary, token_stats=stats,
+                  private={"generations.jsonl": jsonl(private_rows), "review.html": page},
+                  headline=headline(summary), prompt_template_sha256=sha256_text(config["extraction_user_prompt"]))

@@ -47,10 +47,6 @@ def exact_correct(text, label_name):
     return int(text.strip() == canonical_answer(label_name))
 
 
-class _Duplicate(ValueError):
-    pass
-
-
 def _reject_constant(name):
     raise ValueError(f"non-standard JSON constant {name}")
 

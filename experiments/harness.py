@@ -1,14 +1,19 @@
 """The mini harness on the prepared SmolLM2 (seed study 002): the fixture tasks, greedy chat replies, five metrics.
 
-Tasks come from config["harness_tasks_dir"], or O/.harness_tasks/ seeded from fixtures/harness_tasks when it
-has no task files. --smoke takes the first `harness_smoke_examples` example(s) of each task; dev takes all of
-them; the fixtures have no held-back part, so --split confirm scores the same examples as dev (and says so).
+Tasks come from config["harness_tasks_dir"], which must exist, or by default from O/.harness_tasks/, seeded from
+fixtures/harness_tasks when it has no task files. --smoke takes the first `harness_smoke_examples` example(s) of
+each task; dev takes all of them; the fixtures have no held-back part, so --split confirm scores the same examples
+as dev (and says so). Reads ctx.options.out only (no other run.py flag applies).
+
+The model is loaded here, through the repository's adapter.py, and handed to harness/ as an object: harness/
+imports nothing from the repository.
 
 Evidence: records.jsonl has one line per example without any text (task, id, prompt sha256, prediction sha256,
 score, timeout, latency, sandbox outputs for code_exec); summary.json is the leaderboard without predictions;
 O/private/harness/ holds leaderboard.json with every prediction and a copy of each task file scored, which is
 what audit.py recomputes task and overall scores from. Task files are hashed before and after the run; a file
-that changed underneath the run is an IdentityMismatch.
+that changed underneath the run is an IdentityMismatch. A missing or malformed task file, or a sandbox that
+cannot be set up, is a ResourceError (exit 2).
 """
 import hashlib
 import json
@@ -16,20 +21,54 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+import adapter as model_adapter
+from experiments.context import Context, Result
 from experiments.evidence import IdentityMismatch
 from harness import leaderboard, runner
 from harness.adapters import SmolLM2Adapter
 from harness.sandbox import DEFAULT_LIMITS, SandboxUnavailable
-from harness.tasks import TaskFormatError, head, load_all_tasks, seed_fixture_tasks
-from resources import fail, sha256_file
+from harness.tasks import FIXTURES, TaskFormatError, head, load_all_tasks, seed_fixture_tasks
+from resources import ResourceError, sha256_file
 
 NAME = "harness"
+CONFIG_SECTIONS = ("shared", "harness")
+PROMPT_RULE = ("tokenizer.apply_chat_template([{'role': 'user', 'content': prompt}], add_generation_prompt=True); "
+               "no other text added")
+
+
+def default_tasks_dir(ctx):
+    # a dot directory: the audit treats every other directory in O as an experiment's evidence
+    return Path(ctx.options.out) / ".harness_tasks"
 
 
 def tasks_dir_of(ctx):
-    configured = ctx["config"].get("harness_tasks_dir")
-    # a dot directory: audit.py treats every other directory in O as an experiment's evidence
-    return Path(configured) if configured else Path(ctx["args"].out) / ".harness_tasks"
+    """(directory, seeded this run). Only the default directory is seeded: a configured one that does not exist is
+    an error, not an empty directory to fill with fixtures."""
+    configured = ctx.config.get("harness_tasks_dir")
+    if configured:
+        return Path(configured), False
+    return default_tasks_dir(ctx), seed_fixture_tasks(default_tasks_dir(ctx))
+
+
+def data_label(ctx):
+    """The task files the run will score, for run.py's console header (creates and seeds nothing)."""
+    configured = ctx.config.get("harness_tasks_dir")
+    tasks_dir = Path(configured) if configured else default_tasks_dir(ctx)
+    names, where = sorted(p.stem for p in tasks_dir.glob("*.jsonl")), str(tasks_dir)
+    if not names and not configured:
+        names, where = sorted(p.stem for p in FIXTURES.glob("*.jsonl")), f"fixtures, to be seeded into {tasks_dir}"
+    return f"tasks {', '.join(names) or '(none)'} ({where})"
+
+
+def load_tasks(ctx):
+    tasks_dir, seeded = tasks_dir_of(ctx)
+    try:
+        tasks = load_all_tasks(tasks_dir)
+    except TaskFormatError as e:
+        raise ResourceError(str(e)) from None
+    if ctx.split == "smoke":
+        tasks = head(tasks, ctx.config["harness_smoke_examples"])
+    return tasks_dir, seeded, tasks
 
 
 def record_of(e):
@@ -54,69 +93,82 @@ def headline(board, split):
             f"{board['overall']:.4f} ({tasks}); {timeouts} timeouts; {sandbox}")
 
 
-def run(ctx):
-    config, split, stages = ctx["config"], ctx["split"], ctx["stages"]
-    tasks_dir = tasks_dir_of(ctx)
-    seeded = seed_fixture_tasks(tasks_dir)
-    try:
-        tasks = load_all_tasks(tasks_dir)
-    except TaskFormatError as e:
-        fail(str(e))
-    if split == "smoke":
-        tasks = head(tasks, config["harness_smoke_examples"])
-    limits = {**DEFAULT_LIMITS, **config["harness_sandbox"]}
-
-    with stages.stage("load_model"):
-        adapter = SmolLM2Adapter(ctx["model_dir"], config, ctx["model_identity"]["id"])
+def generate_and_score(ctx, tasks, limits):
+    """(adapter, per-task summaries, per-example results) on the model loaded through adapter.py."""
+    config = ctx.config
+    with ctx.stages.stage("load_model"):
+        tokenizer = model_adapter.load_tokenizer(ctx.inputs.model_dir)
+        model = model_adapter.load_model(ctx.inputs.model_dir, config)
+        adapter = SmolLM2Adapter(model, tokenizer, f"smollm2:{ctx.inputs.model_identity['id']}",
+                                 config["harness_max_new_tokens"], config["max_input_tokens"])
     n_examples = sum(len(t.examples) for t in tasks.values())
-    with stages.stage("generate_and_score"), tqdm(total=n_examples, desc="harness", unit="ex") as bar:
+    with ctx.stages.stage("generate_and_score"), tqdm(total=n_examples, desc="harness", unit="ex") as bar:
         try:
             per_task, examples = runner.run_leaderboard(adapter, tasks, config["harness_batch_size"],
                                                         config["harness_timeout_s"], limits, bar)
         except SandboxUnavailable as e:
-            fail(f"code_exec cannot run here: {e} (see harness/sandbox.py for what the sandbox needs)")
+            raise ResourceError(f"code_exec cannot run here: {e} (see harness/sandbox.py for what the sandbox "
+                                "needs)") from None
+    return adapter, per_task, examples
 
-    with stages.stage("check"):
-        task_bytes = {name: t.path.read_bytes() for name, t in tasks.items()}
-        bad = [(name, "task file sha256", t.sha256, hashlib.sha256(task_bytes[name]).hexdigest())
-               for name, t in tasks.items() if hashlib.sha256(task_bytes[name]).hexdigest() != t.sha256]
-        expected = [(t.name, ex.id, runner.sha256_text(ex.prompt))
-                    for _, t in sorted(tasks.items()) for ex in t.examples]
-        got = [(e["task"], e["id"], e["prompt_sha256"]) for e in examples]
-        bad += [(f"{x[0]}/{x[1]}", "task/id/prompt_sha256", x, y) for x, y in zip(expected, got) if x != y]
-        if len(expected) != len(got):
-            bad.append((None, "n_examples", len(expected), len(got)))
-        if bad:
-            raise IdentityMismatch("harness evidence does not match the task files it claims", bad)
+
+def check_task_files(tasks, examples):
+    """The task files' bytes now (copied into the private evidence); raises IdentityMismatch when a file changed
+    during the run or the results do not follow the task files example by example."""
+    task_bytes = {name: t.path.read_bytes() for name, t in tasks.items()}
+    now = {name: hashlib.sha256(data).hexdigest() for name, data in task_bytes.items()}
+    bad = [(name, "task file sha256", t.sha256, now[name]) for name, t in tasks.items() if now[name] != t.sha256]
+    expected = [(t.name, ex.id, runner.sha256_text(ex.prompt)) for _, t in sorted(tasks.items()) for ex in t.examples]
+    got = [(e["task"], e["id"], e["prompt_sha256"]) for e in examples]
+    bad += [(f"{x[0]}/{x[1]}", "task/id/prompt_sha256", x, y) for x, y in zip(expected, got) if x != y]
+    if len(expected) != len(got):
+        bad.append((None, "n_examples", len(expected), len(got)))
+    if bad:
+        raise IdentityMismatch("harness evidence does not match the task files it claims", bad)
+    return task_bytes
+
+
+def config_of(ctx, tasks_dir, seeded, tasks, settings, chat_template):
+    """config.json: what was run."""
+    return {"experiment": NAME, "split": ctx.split, "tasks_dir": str(tasks_dir), "tasks_seeded_this_run": seeded,
+            "tasks": {n: {"sha256": t.sha256, "metric": t.metric, "n_in_file": t.n_in_file,
+                          "n_scored": len(t.examples), "ids": [ex.id for ex in t.examples]}
+                      for n, t in tasks.items()},
+            "settings": settings, "config": ctx.config, "model": ctx.inputs.model_identity,
+            "prompt_rule": PROMPT_RULE,
+            "chat_template_sha256": hashlib.sha256(chat_template.encode("utf-8")).hexdigest()}
+
+
+def summary_of(split, tasks, public_board):
+    shipped = {p.stem: sha256_file(p) for p in sorted(FIXTURES.glob("*.jsonl"))}
+    return {"experiment": NAME, "split": split, "confirmation_items_scored": False,
+            "split_note": "the fixture tasks have no held-back part: confirm scores the same examples as dev"
+            if split == "confirm" else None,
+            "n_examples": sum(len(t.examples) for t in tasks.values()), "leaderboard": public_board,
+            "tasks_are_shipped_fixtures": {n: shipped.get(n) == t.sha256 for n, t in tasks.items()}}
+
+
+def run(ctx: Context) -> Result:
+    config, split = ctx.config, ctx.split
+    tasks_dir, seeded, tasks = load_tasks(ctx)
+    limits = {**DEFAULT_LIMITS, **config["harness_sandbox"]}
+    adapter, per_task, examples = generate_and_score(ctx, tasks, limits)
+    with ctx.stages.stage("check"):
+        task_bytes = check_task_files(tasks, examples)
 
     settings = {"batch_size": config["harness_batch_size"], "timeout_s": config["harness_timeout_s"],
                 "max_new_tokens": config["harness_max_new_tokens"], "sandbox": limits,
                 "decoding": "greedy", "chat_template": True, "split": split}
-    board = leaderboard.build(adapter.name, tasks, per_task, examples, settings, include_per_example=True)
+    board = leaderboard.build(adapter.name, tasks, per_task, examples, settings,
+                              config["harness_include_per_example"])
     public_board = {k: v for k, v in board.items() if k != "per_example"}
-    fixture_hashes = {p.stem: sha256_file(p) for p in sorted(Path(__file__).resolve().parents[1]
-                                                             .joinpath("fixtures", "harness_tasks").glob("*.jsonl"))}
-    summary = {"experiment": NAME, "split": split, "confirmation_items_scored": False,
-               "split_note": "the fixture tasks have no held-back part: confirm scores the same examples as dev"
-               if split == "confirm" else None,
-               "n_examples": n_examples, "leaderboard": public_board,
-               "tasks_are_shipped_fixtures": {n: fixture_hashes.get(n) == t.sha256 for n, t in tasks.items()}}
     template = adapter.tokenizer.chat_template or ""
-    config_out = {"experiment": NAME, "split": split, "tasks_dir": str(tasks_dir), "tasks_seeded_this_run": seeded,
-                  "tasks": {n: {"sha256": t.sha256, "metric": t.metric, "n_in_file": t.n_in_file,
-                                "n_scored": len(t.examples), "ids": [ex.id for ex in t.examples]}
-                            for n, t in tasks.items()},
-                  "settings": settings, "config": config, "model": ctx["model_identity"],
-                  "prompt_rule": "tokenizer.apply_chat_template([{'role': 'user', 'content': prompt}], "
-                                 "add_generation_prompt=True); no other text added",
-                  "chat_template_sha256": hashlib.sha256(template.encode("utf-8")).hexdigest()}
     private = {"leaderboard.json": leaderboard.dumps(board)}
     for name, t in tasks.items():
         private[f"tasks/{t.path.name}"] = task_bytes[name].decode("utf-8")
-    return {"config": config_out, "records": [record_of(e) for e in examples], "summary": summary,
-            "token_stats": dict(adapter.tokens), "private": private,
-            "public": {"leaderboard.json": leaderboard.dumps(public_board)},
-            "headline": headline(board, split),
-            "prompt_template_sha256": hashlib.sha256(json.dumps(
-                {"chat_template": template, "prompt_rule": config_out["prompt_rule"]}, sort_keys=True)
-                .encode("utf-8")).hexdigest()}
+    prompt_identity = json.dumps({"chat_template": template, "prompt_rule": PROMPT_RULE}, sort_keys=True)
+    return Result(config=config_of(ctx, tasks_dir, seeded, tasks, settings, template),
+                  records=[record_of(e) for e in examples], summary=summary_of(split, tasks, public_board),
+                  headline=headline(board, split), token_stats=dict(adapter.tokens),
+                  prompt_template_sha256=hashlib.sha256(prompt_identity.encode("utf-8")).hexdigest(),
+                  public={"leaderboard.json": leaderboard.dumps(public_board)}, private=private)

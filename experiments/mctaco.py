@@ -20,24 +20,28 @@ metric marked as computed on an incomplete set). The limit demonstration re-runs
 and sets its figures next to the full ones, with the questions each N cuts; SHUFFLE_SOURCE below is what the
 pinned source says about shuffling before the cut (it is re-checked against the installed files at run time).
 
+Flags it honours (ctx.options): limit and allow_partial_groups (run.py refuses --limit here without the latter).
+
 Read top to bottom: data -> documents -> official run (+ limit runs) -> independent run -> identity join ->
 compare -> metrics -> limit table -> evidence.
 """
 import hashlib
 import warnings
 
-import torch
 from tqdm import tqdm
 
 import resources
-from experiments import official, scoring
+from experiments import official, scoring, two_paths
+from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
+from resources import ResourceError
 
 NAME = "mctaco"
+CONFIG_SECTIONS = ("shared", "protocol", "mctaco")   # protocol: target_delimiter and num_fewshot
 TASK_YAML = "tasks/mc_taco/default.yaml"
 TASK_NAME = "mc_taco"
-# run.py reads these two: --limit is implemented here, and it cuts groups (a question's candidates), so run.py
-# refuses it unless --allow-partial-groups is given.
+# The contract's --limit attributes (experiments/context.py): --limit is implemented here, and it cuts groups (a
+# question's candidates), so run.py refuses it unless --allow-partial-groups is given.
 SUPPORTS_LIMIT = True
 DOCUMENTS_ARE_GROUP_PARTS = True
 
@@ -69,42 +73,45 @@ NO_SHUFFLE_FILES = ["evaluator.py", "evaluator_utils.py", "api/task.py", "utils.
 
 # ---- data ------------------------------------------------------------------------------------------------------
 
-def load_rows(ctx):
+def data_label(ctx):
+    return ctx.config["mctaco_data"]
+
+
+def load_mctaco_rows(ctx):
     """The MC-TACO resource named by config.mctaco_data, re-hashed through the manifest (nothing unverified is
-    read), its canonical content re-checked against the manifest and the lock."""
-    cache, data_id = ctx["cache"], ctx["config"]["mctaco_data"]
-    try:
-        manifest = resources.load_manifest(cache)
-        entry = resources.verify_resource_files(cache, data_id, manifest)
-        if entry.get("schema") != "mctaco":
-            raise resources.ResourceError(f"{cache / resources.MANIFEST}: resource {data_id!r} is not MC-TACO-shaped "
-                                          f"data (schema {entry.get('schema')!r}); set config mctaco_data")
-        parquet = cache / "data" / data_id / "validation.parquet"
-        if str(parquet.relative_to(cache)) not in entry["files"]:
-            raise resources.ResourceError(f"{parquet}: not listed in the manifest; run: python prepare.py --cache {cache}")
-        rows = resources.read_mctaco_parquet(parquet)
-        lock_entry = resources.load_lock()["data"].get(data_id, {})
-        resources.verify_mctaco_rows(rows, {**lock_entry, "content_sha256": entry["content_sha256"]}, str(parquet))
-        if lock_entry.get("content_sha256") != entry["content_sha256"]:
-            raise resources.ResourceError(f"{parquet}: prepared with content sha256 {entry['content_sha256']}, the lock "
-                                          f"pins {lock_entry.get('content_sha256')}; run: python prepare.py --cache {cache}")
-    except resources.ResourceError as e:
-        resources.fail(str(e))
+    read), its canonical content re-checked against the manifest and the lock. Returns (rows, parquet, entry)."""
+    cache, data_id = ctx.inputs.cache, ctx.config["mctaco_data"]
+    entry = resources.verify_resource_files(cache, data_id, resources.load_manifest(cache))
+    if entry.get("schema") != "mctaco":
+        raise ResourceError(f"{cache / resources.MANIFEST}: resource {data_id!r} is not MC-TACO-shaped data "
+                            f"(schema {entry.get('schema')!r}); set config mctaco_data")
+    parquet = cache / "data" / data_id / "validation.parquet"
+    if str(parquet.relative_to(cache)) not in entry["files"]:
+        raise ResourceError(f"{parquet}: not listed in the manifest; run: python prepare.py --cache {cache}")
+    rows = resources.read_mctaco_parquet(parquet)
+    lock_entry = resources.load_lock()["data"].get(data_id, {})
+    resources.verify_rows(rows, {**lock_entry, "content_sha256": entry["content_sha256"]}, str(parquet),
+                          resources.MCTACO)
+    if lock_entry.get("content_sha256") != entry["content_sha256"]:
+        raise ResourceError(f"{parquet}: prepared with content sha256 {entry['content_sha256']}, the lock pins "
+                            f"{lock_entry.get('content_sha256')}; run: python prepare.py --cache {cache}")
     return rows, parquet, entry
 
 
 def select_documents(ctx, rows, questions):
     """(documents as row idx list, selection record). Whole questions unless --limit cut them."""
-    config, split, args = ctx["config"], ctx["split"], ctx["args"]
-    limit = getattr(args, "limit", None)
+    config, split, options = ctx.config, ctx.split, ctx.options
+    limit = options.limit
     if split == "confirm":
-        resources.fail("mctaco: there are no held-back confirmation items for MC-TACO (the confirmation rule in "
-                       "DESIGN.md selects SST-2 items); run it without --split confirm")
+        raise ResourceError("mctaco: there are no held-back confirmation items for MC-TACO (the confirmation split "
+                            "is a rank range of the SST-2 hash rule; MC-TACO scores whole questions in dataset "
+                            "order); run it without --split confirm")
     if limit is not None:
-        if not getattr(args, "allow_partial_groups", False):  # run.py refuses this before any model is loaded
-            resources.fail("mctaco: --limit cuts questions into partial groups; add --allow-partial-groups")
+        if not options.allow_partial_groups:  # run.py refuses this before any model is loaded
+            raise ResourceError("mctaco: --limit cuts questions into partial groups; add --allow-partial-groups")
         if not 1 <= limit <= len(rows):
-            resources.fail(f"mctaco: --limit {limit} is outside 1..{len(rows)} (the split has {len(rows)} documents)")
+            raise ResourceError(f"mctaco: --limit {limit} is outside 1..{len(rows)} (the split has {len(rows)} "
+                                "documents)")
         return list(range(limit)), {"rule": f"lm-eval's own limit={limit}: the first {limit} documents it selects",
                                     "mode": "limit", "limit": limit}
     if split == "smoke":
@@ -206,47 +213,45 @@ def check_shuffle_source():
 def run_official(ctx, items, parquet, selection, limit_ns):
     """lm-eval on the documents (all of them, the smoke questions as sorted samples, or its own limit), then one
     more lm-eval run per N of the limit demonstration, all on one HFLM."""
-    config = ctx["config"]
-    with ctx["stages"].stage("official_model_load"):
-        lm = official.make_lm(ctx["model_dir"], config)
-    seed = config["seed"]
-    mode = selection["mode"]
-    with ctx["stages"].stage("official"):
+    seed = ctx.config["seed"]
+    lm = two_paths.load_official_model(ctx)
+    with ctx.stages.stage("official"):
         cfg = official.task_config(TASK_YAML, parquet, evaluate_validation=True)
-        if mode == "smoke":
+        if selection["mode"] == "smoke":
             passed = sorted(it["idx"] for it in items)
             results = official.evaluate(lm, cfg, TASK_NAME, passed, seed)
         else:
             passed = None
             results = official.evaluate(lm, cfg, TASK_NAME, None, seed, limit=selection["limit"])
     limit_runs = {}
-    with ctx["stages"].stage("official_limit_runs"):
+    with ctx.stages.stage("official_limit_runs"):
         for n in tqdm(limit_ns, desc="lm-eval limit runs", unit="run"):
             r = official.evaluate(lm, official.task_config(TASK_YAML, parquet, evaluate_validation=True), TASK_NAME,
                                   None, seed, limit=n)
             limit_runs[n] = {"results": r["results"][TASK_NAME], "n_samples": r["n-samples"][TASK_NAME],
                              "samples": r["samples"][TASK_NAME]}
-    boundaries = {}
-    for it in items:
-        for cand in it["candidates"]:
-            boundaries[(it["idx"], cand)] = official.encode_pair(lm, it["prompt"], cand)
-    from lm_eval.utils import load_yaml_config
+    boundaries = two_paths.official_boundaries(lm, items)
+    meta = {**official_meta(results, passed, selection), **official.lm_facts(lm, ctx.inputs.model_dir, ctx.config)}
+    del lm
+    return results["samples"][TASK_NAME], boundaries, meta, limit_runs
 
-    yaml_cfg = load_yaml_config(str(official.LM_EVAL_DIR / TASK_YAML))
-    dumped = results["configs"][TASK_NAME]
-    meta = {
+
+def official_meta(results, passed, selection):
+    """config.json "official": the task as loaded and as run, what was changed and why, lm-eval's own figures."""
+    yaml_cfg = official.load_task_yaml(TASK_YAML)
+    return {
         "lm_eval_version": official.version(),
         "task_yaml": TASK_YAML,
         "task_yaml_sha256": hashlib.sha256((official.LM_EVAL_DIR / TASK_YAML).read_bytes()).hexdigest(),
         "yaml_config": yaml_cfg,
-        "dumped_task_config": dumped,
+        "dumped_task_config": results["configs"][TASK_NAME],
         "modifications": {
             "custom_dataset": "serves the verified cache parquet as the validation split (+ an empty train split, "
                               "unused: mc_taco names no training split); dataset_path 'mc_taco' is not loaded",
             "test_split": {"yaml": yaml_cfg.get("test_split"), "used": None,
                            "why": "lm-eval evaluates the test split whenever the YAML names one "
-                                  "(lm_eval/api/task.py:687-696 eval_docs); the issue asks for the validation "
-                                  "split, so test_split is set to None and eval_docs = validation"},
+                                  "(lm_eval/api/task.py:687-696 eval_docs); this experiment scores the "
+                                  "validation split, so test_split is set to None and eval_docs = validation"},
         },
         "lm_eval_files_sha256": official.file_hashes(extra=[TASK_YAML, "__main__.py"]),
         "documents_passed_as_samples": passed,
@@ -254,12 +259,9 @@ def run_official(ctx, items, parquet, selection, limit_ns):
         "n_samples": results["n-samples"][TASK_NAME],
         "reported": {"acc": float(results["results"][TASK_NAME]["acc,none"]),
                      "f1": float(results["results"][TASK_NAME]["f1,none"])},
-        **official.lm_facts(lm, ctx["model_dir"], config),
         "should_decontaminate_note": "the YAML sets should_decontaminate: true; lm-eval 0.4.9.2's evaluator.py never "
                                      "reads it (decontamination is a separate offline tool), so it changes nothing",
     }
-    del lm
-    return results["samples"][TASK_NAME], boundaries, meta, limit_runs
 
 
 def check_task_config(meta, config):
@@ -289,86 +291,47 @@ def check_task_config(meta, config):
 # ---- the independent path --------------------------------------------------------------------------------------
 
 def run_independent(ctx, items):
-    from adapter import load_model, load_tokenizer
-
-    config = ctx["config"]
-    with ctx["stages"].stage("independent_model_load"):
-        tokenizer = load_tokenizer(ctx["model_dir"])
-        model = load_model(ctx["model_dir"], config)
+    config = ctx.config
+    model, tokenizer = two_paths.load_independent_model(ctx)
     out = {}
-    with ctx["stages"].stage("independent"):
+    with ctx.stages.stage("independent"):
         for it in tqdm(items, desc="independent scoring", unit="doc"):
             # one memo per document: " no" and " yes" are one token each, so both read the same forward pass
             out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
                                                       config["max_input_tokens"], f"idx {it['idx']}", memo={})
-    meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
-            "torch_threads": torch.get_num_threads()}
-    return out, meta
+    return out, two_paths.model_facts(model)
 
 
 # ---- join and compare ------------------------------------------------------------------------------------------
 
-def join_and_check(items, samples, boundaries, independent):
-    """Join every logged official sample to its document by doc_id and check each identity field."""
-    by_idx = {it["idx"]: it for it in items}
-    seen = [s["doc_id"] for s in samples]
-    bad = []
-    if sorted(seen) != sorted(by_idx) or len(set(seen)) != len(seen):
-        bad.append((None, "logged doc_ids", sorted(seen), sorted(by_idx)))
-    official_by_idx = {}
-    for s in samples:
-        it = by_idx.get(s["doc_id"])
-        if it is None:
-            continue
-        doc = s["doc"]
-        checks = [
-            ("label", doc.get("label"), it["label"]),
-            ("target", s["target"], it["label"]),
-            ("category", doc.get("category"), it["category"]),
-            ("sentence_sha256", scoring.sha256_text(doc.get("sentence", "")), scoring.sha256_text(it["sentence"])),
-            ("question_sha256", scoring.sha256_text(doc.get("question", "")), scoring.sha256_text(it["question"])),
-            ("answer_sha256", scoring.sha256_text(doc.get("answer", "")), scoring.sha256_text(it["answer"])),
-            ("prompt_sha256", [scoring.sha256_text(a[0]) for a in s["arguments"]],
-             [scoring.sha256_text(it["prompt"])] * len(it["candidates"])),
-            ("candidates", [a[1] for a in s["arguments"]], it["candidates"]),
-            ("f1 pair gold", int(s["f1"][0]), it["label"]),
-        ]
-        for cand, ind in zip(it["candidates"], independent[it["idx"]]):
-            ctx_ids, cand_ids = boundaries[(it["idx"], cand)]
-            checks.append((f"boundary {cand!r}", [len(ctx_ids), list(cand_ids)], [ind["start"], ind["token_ids"]]))
-        bad += [(s["doc_id"], field, o, i) for field, o, i in checks if o != i]
-        official_by_idx[s["doc_id"]] = s
-    if bad:
-        raise IdentityMismatch(f"{len({b[0] for b in bad})} logged samples do not match their documents", bad)
-    return official_by_idx
+def mctaco_fields(sample, item):
+    """The MC-TACO identity fields of one logged sample (two_paths.join_samples adds prompt, candidates, tokens)."""
+    doc = sample["doc"]
+    return [
+        ("label", doc.get("label"), item["label"]),
+        ("target", sample["target"], item["label"]),
+        ("category", doc.get("category"), item["category"]),
+        ("sentence_sha256", scoring.sha256_text(doc.get("sentence", "")), scoring.sha256_text(item["sentence"])),
+        ("question_sha256", scoring.sha256_text(doc.get("question", "")), scoring.sha256_text(item["question"])),
+        ("answer_sha256", scoring.sha256_text(doc.get("answer", "")), scoring.sha256_text(item["answer"])),
+        ("f1 pair gold", int(sample["f1"][0]), item["label"]),
+    ]
 
 
 def compare(items, official_by_idx, independent):
     records, texts, bad = [], [], []
     for it in items:
         s = official_by_idx[it["idx"]]
-        off_scores = [float(r[0][0]) for r in s["resps"]]
-        ind = independent[it["idx"]]
-        ind_scores = [c["score"] for c in ind]
-        diffs = [abs(a - b) for a, b in zip(off_scores, ind_scores)]
-        off_pred, ind_pred = scoring.argmax_first(off_scores), scoring.argmax_first(ind_scores)
-        if any(d != 0.0 for d in diffs) or off_pred != ind_pred or int(s["f1"][1]) != off_pred:
-            bad.append((it["idx"], "scores", off_scores, ind_scores))
-        records.append({
-            "idx": it["idx"], "question_id": it["question_id"], "question_rank": it["question_rank"],
-            "candidate_rank": it["candidate_rank"], "label": it["label"], "category": it["category"],
-            "sentence_sha256": scoring.sha256_text(it["sentence"]),
-            "question_sha256": scoring.sha256_text(it["question"]),
-            "answer_sha256": scoring.sha256_text(it["answer"]),
-            "prompt_sha256": scoring.sha256_text(it["prompt"]),
-            "context_tokens": ind[0]["start"],
-            "candidates": [{"text": c["text"], "token_ids": c["token_ids"], "start": c["start"]} for c in ind],
-            "official": {"doc_id": s["doc_id"], "scores": off_scores, "is_greedy": [bool(r[0][1]) for r in s["resps"]],
-                         "pred": off_pred, "acc": float(s["acc"]), "f1_pair": [int(s["f1"][0]), int(s["f1"][1])],
-                         "doc_hash": s["doc_hash"], "prompt_hash": s["prompt_hash"]},
-            "independent": {"scores": ind_scores, "pred": ind_pred, "correct": int(ind_pred == it["label"])},
-            "abs_diff": diffs,
-        })
+        record, agrees = two_paths.compare_item(it, s, independent[it["idx"]])
+        # lm-eval's f1 pair is (gold, pred): its pred must be the official argmax
+        if not agrees or int(s["f1"][1]) != record["official"]["pred"]:
+            bad.append((it["idx"], "scores", record["official"]["scores"], record["independent"]["scores"]))
+        record.update({"question_id": it["question_id"], "question_rank": it["question_rank"],
+                       "candidate_rank": it["candidate_rank"], "category": it["category"],
+                       "question_sha256": scoring.sha256_text(it["question"]),
+                       "answer_sha256": scoring.sha256_text(it["answer"])})
+        record["official"]["f1_pair"] = [int(s["f1"][0]), int(s["f1"][1])]
+        records.append(record)
         texts.append({"idx": it["idx"], "sentence": it["sentence"], "question": it["question"],
                       "answer": it["answer"], "category": it["category"], "prompt": it["prompt"]})
     return records, texts, bad
@@ -403,10 +366,10 @@ def limit_table(ns, limit_runs, records, questions, reference):
         run = limit_runs[n]
         samples = sorted(run["samples"], key=lambda s: s["doc_id"])
         doc_ids = [s["doc_id"] for s in samples]
-        preds = [scoring.argmax_first([float(x[0][0]) for x in s["resps"]]) for s in samples]
-        diffs = [abs(float(x[0][0]) - y) for s in samples for x, y in
-                 zip(s["resps"], by_idx[s["doc_id"]]["official"]["scores"])] if all(d in by_idx for d in doc_ids) \
-            else None
+        preds = [scoring.argmax_first(two_paths.official_scores(s)) for s in samples]
+        diffs = [abs(x - y) for s in samples for x, y in
+                 zip(two_paths.official_scores(s), by_idx[s["doc_id"]]["official"]["scores"])] \
+            if all(d in by_idx for d in doc_ids) else None
         labels = [by_idx[d]["label"] for d in doc_ids]
         complete, cut = group_status(doc_ids, questions)
         limit_correct = {d: int(p == by_idx[d]["label"]) for d, p in zip(doc_ids, preds)}
@@ -474,14 +437,13 @@ def summarise(records, questions, doc_idx, selection, split, meta, limit_rows, s
             by_cat[cat] = {"n_documents": len(rs), "acc": accuracy([r["label"] for r in rs],
                                                                     [r["independent"]["pred"] for r in rs]),
                            **exact_match(qs, correct), "computed_on": scope}
-    diffs = [d for r in records for d in r["abs_diff"]]
     ind = side(lambda r: r["independent"]["pred"])
     reference = {"documents": len(records), "acc": ind["acc"], "f1": ind["f1"],
                  "em": exact_match(complete, correct)["em"], "incomplete_set": incomplete}
     return {
         "experiment": NAME, "split": split, "confirmation_items_scored": False,
         "selection": selection["mode"], "limit": selection["limit"],
-        "n_documents": len(records), "n_candidates": len(diffs),
+        "n_documents": len(records), "n_candidates": sum(len(r["abs_diff"]) for r in records),
         "n_questions_touched": len(complete) + len(cut), "n_complete_questions": len(complete),
         "label_counts": {"no": labels.count(0), "yes": labels.count(1)},
         "incomplete_set": incomplete, "metrics_computed_on": scope, "cut_questions": cut,
@@ -490,9 +452,8 @@ def summarise(records, questions, doc_idx, selection, split, meta, limit_rows, s
         "by_category": by_cat,
         "baselines": {name: {"acc": accuracy(labels, [k] * len(labels)), "f1": corpus_f1(labels, [k] * len(labels)),
                              "computed_on": scope} for k, name in ((0, "always_no"), (1, "always_yes"))},
-        "agreement": {"max_abs_diff": max(diffs), "n_candidate_score_mismatches": sum(d != 0.0 for d in diffs),
-                      "n_prediction_mismatches": sum(r["official"]["pred"] != r["independent"]["pred"]
-                                                     for r in records),
+        "agreement": {**two_paths.agreement(records, lambda r: r["official"]["pred"],
+                                            lambda r: r["independent"]["pred"]),
                       "acc_official_vs_independent": [meta["reported"]["acc"], ind["acc"]],
                       "f1_official_vs_independent": [meta["reported"]["f1"], ind["f1"]]},
         "identity_checks": {"passed": True, "n_samples_joined": len(records),
@@ -517,79 +478,89 @@ def headline(s, data_id):
             f"{s['agreement']['max_abs_diff']}; lm-eval does not shuffle before the cut; {lim}")
 
 
-def run(ctx):
-    config, split, stages = ctx["config"], ctx["split"], ctx["stages"]
-    rows, parquet, data_entry = load_rows(ctx)
-    questions = resources.mctaco_questions(rows)
-    doc_idx, selection = select_documents(ctx, rows, questions)
-    items = build_items(rows, doc_idx, questions, config)
-    limit_ns = limit_ns_for(doc_idx, questions, config)
-    source, no_shuffle = check_shuffle_source()
+def check_reported_metrics(records, official_meta):
+    """lm-eval's own acc and F1 must equal the ones computed here from the independent predictions."""
+    labels = [r["label"] for r in records]
+    preds = [r["independent"]["pred"] for r in records]
+    for k, mine in (("acc", accuracy(labels, preds)), ("f1", corpus_f1(labels, preds))):
+        if official_meta["reported"][k] != mine:
+            raise IdentityMismatch(f"lm-eval's {k} differs from the independent {k}",
+                                   [(None, k, official_meta["reported"][k], mine)])
 
-    samples, boundaries, official_meta, limit_runs = run_official(ctx, items, parquet, selection, list(limit_ns))
-    check_task_config(official_meta, config)
-    independent, independent_meta = run_independent(ctx, items)
-    for key in ("model_dtype", "attn_implementation", "torch_threads"):
-        if official_meta[key] != independent_meta[key]:
-            raise IdentityMismatch("the two paths loaded the model differently",
-                                   [(None, key, official_meta[key], independent_meta[key])])
 
-    with stages.stage("compare"):
-        official_by_idx = join_and_check(items, samples, boundaries, independent)
-        records, texts, bad = compare(items, official_by_idx, independent)
-        if bad:
-            raise IdentityMismatch(f"{len(bad)} documents differ between the official and independent scores", bad)
-        labels = [r["label"] for r in records]
-        ind_preds = [r["independent"]["pred"] for r in records]
-        for k, mine in (("acc", accuracy(labels, ind_preds)), ("f1", corpus_f1(labels, ind_preds))):
-            if official_meta["reported"][k] != mine:
-                raise IdentityMismatch(f"lm-eval's {k} differs from the independent {k}",
-                                       [(None, k, official_meta["reported"][k], mine)])
-        complete, _ = group_status(doc_idx, questions)
-        ref_correct = {r["idx"]: r["independent"]["correct"] for r in records}
-        reference = {"acc": accuracy(labels, ind_preds), "f1": corpus_f1(labels, ind_preds),
-                     "em": exact_match(complete, ref_correct)["em"]}
-        limit_rows = limit_table(limit_ns, limit_runs, records, questions, reference)
-        check_limit_rows(limit_rows)
-        shuffle = {
-            "documents_shuffled_before_limit": False,
-            "conclusion": "lm-eval 0.4.9.2 does not shuffle: limit=N takes documents 0..N-1 of eval_docs in dataset "
-                          "order (itertools.islice). MC-TACO's candidates of one question are adjacent rows, so a "
-                          "limit cuts at most the one question straddling N, and the N documents are the first "
-                          "questions of the split, not a sample of it. The task README's 'the harness shuffles "
-                          "these documents' does not describe this version's code.",
-            "source": source, "files_without_the_word_shuffle": no_shuffle,
-            "observed": {"limit_runs": len(limit_rows),
-                         "doc_ids_first_n": sum(r["doc_ids_are_first_n"] for r in limit_rows),
-                         "scores_identical_to_main_run": sum(r["max_abs_diff_vs_main_run"] == 0.0
-                                                             for r in limit_rows)},
-        }
-        summary = summarise(records, questions, doc_idx, selection, split, official_meta, limit_rows, shuffle)
+def limit_demonstration(records, questions, doc_idx, limit_ns, limit_runs, shuffle_source):
+    """(limit table rows, the shuffle finding): lm-eval's limit runs set against this run's documents;
+    shuffle_source is check_shuffle_source()'s (citations, files without the word shuffle)."""
+    labels = [r["label"] for r in records]
+    preds = [r["independent"]["pred"] for r in records]
+    complete, _ = group_status(doc_idx, questions)
+    correct = {r["idx"]: r["independent"]["correct"] for r in records}
+    reference = {"acc": accuracy(labels, preds), "f1": corpus_f1(labels, preds),
+                 "em": exact_match(complete, correct)["em"]}
+    rows = limit_table(limit_ns, limit_runs, records, questions, reference)
+    check_limit_rows(rows)
+    source, no_shuffle = shuffle_source
+    shuffle = {
+        "documents_shuffled_before_limit": False,
+        "conclusion": "lm-eval 0.4.9.2 does not shuffle: limit=N takes documents 0..N-1 of eval_docs in dataset "
+                      "order (itertools.islice). MC-TACO's candidates of one question are adjacent rows, so a "
+                      "limit cuts at most the one question straddling N, and the N documents are the first "
+                      "questions of the split, not a sample of it. The task README's 'the harness shuffles "
+                      "these documents' does not describe this version's code.",
+        "source": source, "files_without_the_word_shuffle": no_shuffle,
+        "observed": {"limit_runs": len(rows), "doc_ids_first_n": sum(r["doc_ids_are_first_n"] for r in rows),
+                     "scores_identical_to_main_run": sum(r["max_abs_diff_vs_main_run"] == 0.0 for r in rows)},
+    }
+    return rows, shuffle
 
-    token_counts = [r["context_tokens"] + len(c["token_ids"]) for r in records for c in r["candidates"]]
-    ctx_counts = [r["context_tokens"] for r in records]
-    config_out = {
-        "experiment": NAME, "split": split, "confirmation_items_scored": False,
+
+def config_of(ctx, rows, data_entry, questions, doc_idx, selection, limit_ns, official_meta, independent_meta):
+    """config.json: what was run, on which documents and questions, and the official task as loaded."""
+    config = ctx.config
+    return {
+        "experiment": NAME, "split": ctx.split, "confirmation_items_scored": False,
         "data": config["mctaco_data"], "data_content_sha256": data_entry["content_sha256"], "n_rows": len(rows),
-        "run_py_data": {"id": ctx["data_id"], "content_sha256": ctx["data_content_sha256"],
+        "run_py_data": {"id": ctx.inputs.data_id, "content_sha256": ctx.inputs.data_content_sha256,
                         "note": "run.py's --data resource (SST-2-shaped): verified by run.py, not read here. "
-                                "identity.json's data_content_sha256 is this one (run.py writes it for every "
-                                "experiment); this experiment's data is `data` / `data_content_sha256` above."},
+                                "identity.json's data_content_sha256 is this experiment's own data, `data` / "
+                                "`data_content_sha256` above."},
         "selection": {**selection, "documents": doc_idx, "smoke_questions": config["mctaco_smoke_questions"],
-                      "allow_partial_groups": bool(getattr(ctx["args"], "allow_partial_groups", False)),
+                      "allow_partial_groups": ctx.options.allow_partial_groups,
                       "question_id": "sha256 of f'{sentence}\\t{question}' (UTF-8)"},
         "split_questions": [{"question_id": q["question_id"], "question_rank": q["question_rank"],
                              "idx": q["idx"], "category": q["category"]} for q in questions],
         "limit_ns": [{"limit": n, "kind": k} for n, k in limit_ns.items()],
         "config": config, "official": official_meta, "independent": independent_meta,
-        "model": ctx["model_identity"],
+        "model": ctx.inputs.model_identity,
     }
-    stats = {"context_tokens": {"min": min(ctx_counts), "max": max(ctx_counts), "total": sum(ctx_counts)},
-             "input_tokens_per_candidate": {"min": min(token_counts), "max": max(token_counts),
-                                            "total": sum(token_counts)},
-             "n_items": len(records), "n_candidates": len(token_counts),
-             "limit_run_documents": sum(limit_ns)}
-    return {"config": config_out, "records": records, "summary": summary, "token_stats": stats,
-            "private": {"texts.jsonl": jsonl(texts)},
-            "headline": headline(summary, config["mctaco_data"]),
-            "prompt_template_sha256": hashlib.sha256(config["mctaco_prompt"].encode("utf-8")).hexdigest()}
+
+
+def run(ctx):
+    config = ctx.config
+    rows, parquet, data_entry = load_mctaco_rows(ctx)
+    questions = resources.mctaco_questions(rows)
+    doc_idx, selection = select_documents(ctx, rows, questions)
+    items = build_items(rows, doc_idx, questions, config)
+    limit_ns = limit_ns_for(doc_idx, questions, config)
+    shuffle_source = check_shuffle_source()   # before any model is loaded: a moved source line stops the run early
+
+    samples, boundaries, official_meta, limit_runs = run_official(ctx, items, parquet, selection, list(limit_ns))
+    check_task_config(official_meta, config)
+    independent, independent_meta = run_independent(ctx, items)
+    two_paths.check_same_loading(official_meta, independent_meta)
+    with ctx.stages.stage("compare"):
+        official_by_idx = two_paths.join_samples(items, samples, boundaries, independent, mctaco_fields, "documents")
+        records, texts, bad = compare(items, official_by_idx, independent)
+        if bad:
+            raise IdentityMismatch(f"{len(bad)} documents differ between the official and independent scores", bad)
+        check_reported_metrics(records, official_meta)
+        limit_rows, shuffle = limit_demonstration(records, questions, doc_idx, limit_ns, limit_runs,
+                                                  shuffle_source)
+        summary = summarise(records, questions, doc_idx, selection, ctx.split, official_meta, limit_rows, shuffle)
+
+    return Result(config=config_of(ctx, rows, data_entry, questions, doc_idx, selection, limit_ns, official_meta,
+                                   independent_meta),
+                  records=records, summary=summary,
+                  token_stats={**two_paths.candidate_token_stats(records), "limit_run_documents": sum(limit_ns)},
+                  private={"texts.jsonl": jsonl(texts)}, headline=headline(summary, config["mctaco_data"]),
+                  prompt_template_sha256=hashlib.sha256(config["mctaco_prompt"].encode("utf-8")).hexdigest())

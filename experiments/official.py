@@ -1,4 +1,6 @@
-"""The official path: lm-eval 0.4.9.2 with its own installed task YAML. The only module that imports lm_eval.
+"""The official path: lm-eval 0.4.9.2 with its own installed task YAML. The only module that imports lm_eval:
+the experiments reach lm-eval's evaluator, model API (loglikelihood, generate_until), task construction, metrics
+and filters through the functions here.
 
 The task config is loaded from the installed file unmodified, except that its `custom_dataset` hook serves the
 verified local parquet (and an empty `train` split, which lm-eval's constructor opens to build its few-shot
@@ -31,15 +33,20 @@ def file_hashes(extra=()):
     return {rel: hashlib.sha256((LM_EVAL_DIR / rel).read_bytes()).hexdigest() for rel in [*PATH_FILES, *extra]}
 
 
+def load_task_yaml(yaml_rel):
+    """An installed task YAML as lm-eval's own loader reads it."""
+    from lm_eval.utils import load_yaml_config
+
+    return load_yaml_config(str(LM_EVAL_DIR / yaml_rel))
+
+
 def task_config(yaml_rel, parquet_path, evaluate_validation=False):
     """The installed task YAML as lm-eval loads it, with only custom_dataset added.
 
     evaluate_validation: for a YAML that also names a test split (lm-eval's eval_docs takes the test split whenever
     test_split is set: lm_eval/api/task.py:688-696), set test_split to None so that the served validation split is
     the one evaluated. That is a change of which split is read (data transport), recorded by the caller."""
-    from lm_eval.utils import load_yaml_config
-
-    cfg = load_yaml_config(str(LM_EVAL_DIR / yaml_rel))
+    cfg = load_task_yaml(yaml_rel)
     parquet_path = str(parquet_path)
 
     def serve_verified_parquet(**_metadata):
@@ -62,10 +69,15 @@ def hflm_args(model_dir, config):
             "attn_implementation": config["attn_implementation"], "logits_cache": True}
 
 
-def make_lm(model_dir, config):
+def make_hflm(settings):
+    """An HFLM with explicit settings (make_lm builds the scoring one from config)."""
     from lm_eval.models.huggingface import HFLM
 
-    return HFLM(**hflm_args(model_dir, config))
+    return HFLM(**settings)
+
+
+def make_lm(model_dir, config):
+    return make_hflm(hflm_args(model_dir, config))
 
 
 def lm_facts(lm, model_dir, config):
@@ -103,6 +115,33 @@ def loglikelihood(lm, pairs):
                 for i, (ctx, cont) in enumerate(pairs)]
     return [(float(ll), bool(greedy)) for ll, greedy in lm.loglikelihood(requests)]
 
+
+def generate_until(lm, prompts, gen_kwargs):
+    """lm-eval's HFLM.generate_until on explicit contexts. Returns (texts, the input ids HFLM's tok_batch_encode
+    gives each prompt)."""
+    from lm_eval.api.instance import Instance
+
+    requests = [Instance(request_type="generate_until", doc={"i": i}, arguments=(p, dict(gen_kwargs)), idx=0)
+                for i, p in enumerate(prompts)]
+    texts = lm.generate_until(requests)
+    return texts, [lm.tok_batch_encode([p])[0][0].tolist() for p in prompts]
+
+
+def apply_filters(filter_spec, texts):
+    """lm-eval's FilterEnsemble built from its registry by a task-YAML filter_list entry (`filter_spec`), applied to
+    instances whose resps are [text], the nested list shape a task's filters receive. One string per text."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.filters import build_filter_ensemble
+
+    ensemble = build_filter_ensemble(filter_spec["name"], [
+        [f["function"], {k: v for k, v in f.items() if k != "function"} or None] for f in filter_spec["filter"]])
+    instances = []
+    for i, t in enumerate(texts):
+        inst = Instance(request_type="generate_until", doc={}, arguments=("", {}), idx=0, metadata=("x", i, 1))
+        inst.resps = [t]
+        instances.append(inst)
+    ensemble.apply(instances)
+    return [inst.filtered_resps[filter_spec["name"]] for inst in instances]
 
 
 _MC_TASKS = {}

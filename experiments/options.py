@@ -20,21 +20,23 @@ ConfigurableTask.construct_requests builds from the displayed choices, and by th
 for bit; lm-eval's process_results (acc, acc_norm) on the official scores must agree with the metrics computed
 here. Any disagreement stops the run (IdentityMismatch, exit 1).
 
+No run.py flag changes what it does (ctx.options is not read).
+
 Read top to bottom: conditions -> items -> official run -> independent run -> join + compare -> metrics ->
 paired analysis -> evidence.
 """
 import hashlib
 import json
 
-import pyarrow.parquet as pq
-import torch
 from tqdm import tqdm
 
-from experiments import official, scoring
+from experiments import official, scoring, two_paths
+from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
-from experiments.selection import select, selection_block
+from experiments.selection import config_head, load_rows, select_items
 
 NAME = "options"
+CONFIG_SECTIONS = ("shared", "protocol", "options")
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 LABEL_NAMES = {0: "negative", 1: "positive"}
 
@@ -153,17 +155,14 @@ def paired(recs_a, recs_b):
 
 # ---- items --------------------------------------------------------------------------------------------------
 
-def load_rows(parquet_path):
-    cols = pq.read_table(parquet_path).to_pydict()
-    return [{"idx": int(i), "label": int(l), "sentence": s}
-            for s, l, i in zip(cols["sentence"], cols["label"], cols["idx"])]
+def data_label(ctx):
+    return ctx.inputs.data_id
 
 
 def build_items(rows, idx_list, config, conditions):
     items = []
     for rank, idx in enumerate(idx_list):
         row = rows[idx]
-        assert row["idx"] == idx, f"row at position {idx} has idx {row['idx']}"
         contexts = render_contexts(row["sentence"], config)
         conds = {c["name"]: {"context": contexts[context_key(c)], "gold": gold_position(c["pi"], row["label"])}
                  for c in conditions}
@@ -203,9 +202,8 @@ def check_official_prompt(parquet_path, config):
 def run_official(ctx, items, conditions):
     """lm-eval builds the requests from the displayed choices (construct_requests), its HFLM scores them in one
     loglikelihood call, and its process_results computes acc and acc_norm from the official scores."""
-    config = ctx["config"]
-    with ctx["stages"].stage("official_model_load"):
-        lm = official.make_lm(ctx["model_dir"], config)
+    config = ctx.config
+    lm = two_paths.load_official_model(ctx)
     keys, pairs = [], []
     for it in items:
         for c in conditions:
@@ -213,7 +211,7 @@ def run_official(ctx, items, conditions):
             for j, pair in enumerate(reqs):
                 keys.append((it["idx"], c["name"], j))
                 pairs.append(pair)
-    with ctx["stages"].stage("official"):
+    with ctx.stages.stage("official"):
         results = official.loglikelihood(lm, pairs)
     out = {}
     for (idx, name, j), pair, res in zip(keys, pairs, results):
@@ -233,21 +231,17 @@ def run_official(ctx, items, conditions):
         "api": "HFLM.loglikelihood on the requests of ConfigurableTask.construct_requests (one minimal in-memory "
                "multiple_choice task per displayed choice list); acc and acc_norm from its process_results",
         "n_requests": len(pairs),
-        **official.lm_facts(lm, ctx["model_dir"], config),
+        **official.lm_facts(lm, ctx.inputs.model_dir, config),
     }
     del lm
     return out, meta
 
 
 def run_independent(ctx, items, conditions):
-    from adapter import load_model, load_tokenizer
-
-    config = ctx["config"]
-    with ctx["stages"].stage("independent_model_load"):
-        tokenizer = load_tokenizer(ctx["model_dir"])
-        model = load_model(ctx["model_dir"], config)
+    config = ctx.config
+    model, tokenizer = two_paths.load_independent_model(ctx)
     out, n_forward = {}, 0
-    with ctx["stages"].stage("independent"):
+    with ctx.stages.stage("independent"):
         for it in tqdm(items, desc="independent scoring (5 conditions)", unit="item"):
             memo = {}  # one forward pass per distinct input sequence of this item
             for c in conditions:
@@ -255,8 +249,7 @@ def run_independent(ctx, items, conditions):
                     model, tokenizer, it["conds"][c["name"]]["context"], c["candidates"],
                     config["max_input_tokens"], f"idx {it['idx']} {c['name']}", memo=memo)
             n_forward += len(memo)
-    meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
-            "torch_threads": torch.get_num_threads(), "forward_passes": n_forward,
+    meta = {**two_paths.model_facts(model), "forward_passes": n_forward,
             "forward_sharing": "candidates whose input sequence (context + candidate[:-1]) is identical share one "
                                "forward pass (scoring.candidate_logprob_memo)"}
     return out, meta
@@ -334,7 +327,6 @@ def summarise(records, conditions, comparisons, split):
     for a, b in comparisons:
         flips[comparison_name(a, b)] = {"a": a, "b": b, **paired(by_cond[a], by_cond[b])}
     metrics = {name: condition_metrics(recs) for name, recs in by_cond.items()}
-    diffs = [d for r in records for d in r["abs_diff"]]
     table = [f"{'comparison (semantic predictions, a vs b)':<38} {'flips':>5} {'gains':>5} {'losses':>6} "
              f"{'net':>4} {'McNemar p':>9}"]
     for name, f in flips.items():
@@ -348,14 +340,14 @@ def summarise(records, conditions, comparisons, split):
                      f"{m['baseline_all_negative_correct']:>7} {m['baseline_all_positive_correct']:>7}")
     return {
         "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
-        "n_items": n, "n_conditions": len(conditions), "n_records": len(records), "n_candidates": len(diffs),
+        "n_items": n, "n_conditions": len(conditions), "n_records": len(records),
+        "n_candidates": sum(len(r["abs_diff"]) for r in records),
         "label_counts": {str(k): labels.count(k) for k in (0, 1)},
         "flips": flips,
         "conditions": metrics,
         "table": table,
-        "agreement": {"max_abs_diff": max(diffs), "n_candidate_score_mismatches": sum(d != 0.0 for d in diffs),
-                      "n_prediction_mismatches": sum(r["official"]["pred_position"] != r["pred_position"]
-                                                     for r in records),
+        "agreement": {**two_paths.agreement(records, lambda r: r["official"]["pred_position"],
+                                            lambda r: r["pred_position"]),
                       "n_lm_eval_metric_mismatches": sum(
                           (r["official"]["lm_eval_acc"], r["official"]["lm_eval_acc_norm"])
                           != (float(r["correct"]), float(r["correct_norm_chars"])) for r in records)},
@@ -386,16 +378,17 @@ def headline(s):
             f"{s['agreement']['max_abs_diff']}")
 
 
-def token_stats(records, conditions):
+def token_stats(records, conditions, items, official_meta, independent_meta):
+    """stages.json "tokens": per condition and over all records."""
     per = {}
     for c in conditions:
-        recs = [r for r in records if r["condition"] == c["name"]]
-        ctxs = [r["context_tokens"] for r in recs]
-        inputs = [r["context_tokens"] + len(x["token_ids"]) for r in recs for x in r["candidates"]]
-        per[c["name"]] = {"context_tokens": {"min": min(ctxs), "max": max(ctxs), "total": sum(ctxs)},
-                          "input_tokens_per_candidate": {"min": min(inputs), "max": max(inputs),
-                                                         "total": sum(inputs)}}
-    return per
+        stats = two_paths.candidate_token_stats([r for r in records if r["condition"] == c["name"]])
+        per[c["name"]] = {k: stats[k] for k in ("context_tokens", "input_tokens_per_candidate")}
+    every = two_paths.candidate_token_stats(records)
+    return {"per_condition": per, "n_items": len(items), "n_records": len(records),
+            "n_candidates": every["n_candidates"], "input_tokens_per_candidate": every["input_tokens_per_candidate"],
+            "official_requests": official_meta["n_requests"],
+            "independent_forward_passes": independent_meta["forward_passes"]}
 
 
 def template_sha256(config):
@@ -404,48 +397,15 @@ def template_sha256(config):
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def run(ctx):
-    config, split, stages = ctx["config"], ctx["split"], ctx["stages"]
-    conditions = conditions_from_config(config)
-    comparisons = [tuple(x) for x in config["options_comparisons"]]
-    rows = load_rows(ctx["parquet_path"])
-    idx_list = select(split, config["selection_salt"], len(rows), config["n_dev"], config["n_confirm"],
-                      config["n_smoke"])
-    items = build_items(rows, idx_list, config, conditions)
-    check_shared_contexts(items, conditions)
-    task_fields = check_official_prompt(ctx["parquet_path"], config)
-
-    off, official_meta = run_official(ctx, items, conditions)
-    ind, independent_meta = run_independent(ctx, items, conditions)
-    for key in ("model_dtype", "attn_implementation", "torch_threads"):
-        if official_meta[key] != independent_meta[key]:
-            raise IdentityMismatch("the two paths loaded the model differently",
-                                   [(None, key, official_meta[key], independent_meta[key])])
-
-    with stages.stage("compare"):
-        records, bad = make_records(items, conditions, off, ind)
-        if bad:
-            raise IdentityMismatch(f"{len({b[0] for b in bad})} item x condition records differ between the "
-                                   "official and independent paths", bad)
-        summary = summarise(records, conditions, comparisons, split)
-
-    texts = [{"idx": it["idx"], "sentence": it["sentence"], "prompts": it["contexts"]} for it in items]
-    per_cond = token_stats(records, conditions)
-    all_inputs = [r["context_tokens"] + len(x["token_ids"]) for r in records for x in r["candidates"]]
-    stats = {"per_condition": per_cond, "n_items": len(items), "n_records": len(records),
-             "n_candidates": len(all_inputs),
-             "input_tokens_per_candidate": {"min": min(all_inputs), "max": max(all_inputs), "total": sum(all_inputs)},
-             "official_requests": official_meta["n_requests"],
-             "independent_forward_passes": independent_meta["forward_passes"]}
-    config_out = {
-        "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
-        "data": ctx["data_id"], "data_content_sha256": ctx["data_content_sha256"], "n_rows": len(rows),
-        "selection": selection_block(config, split, idx_list),
+def config_of(ctx, rows, idx_list, conditions, comparisons, task_fields, official_meta, independent_meta):
+    """config.json: what was run, and what the measures mean."""
+    return {
+        **config_head(ctx, NAME, len(rows), idx_list),
         "conditions": conditions,
         "comparisons": [list(x) for x in comparisons],
         "pi": "displayed position -> semantic label (0 negative, 1 positive); gold position = pi^-1(label); "
               "semantic prediction = pi(argmax over displayed positions)",
-        "tie_rule": config["options_tie_rule"],
+        "tie_rule": ctx.config["options_tie_rule"],
         "primary_measure": "flips: items whose semantic prediction pi(argmax) differs between two conditions (then "
                            "gains, losses, net and the exact two-sided McNemar p on the discordant pairs); "
                            "accuracies are secondary",
@@ -460,10 +420,34 @@ def run(ctx):
         },
         "zero_shot": True, "chat_template": False,
         "official_task_fields": task_fields,
-        "config": config, "official": official_meta, "independent": independent_meta,
-        "model": ctx["model_identity"],
+        "official": official_meta, "independent": independent_meta,
     }
-    return {"config": config_out, "records": records, "summary": summary, "token_stats": stats,
-            "private": {"texts.jsonl": jsonl(texts)},
-            "headline": headline(summary),
-            "prompt_template_sha256": template_sha256(config)}
+
+
+def run(ctx):
+    config, stages = ctx.config, ctx.stages
+    conditions = conditions_from_config(config)
+    comparisons = [tuple(x) for x in config["options_comparisons"]]
+    rows = load_rows(ctx.inputs.parquet_path)
+    idx_list = select_items(config, ctx.split, len(rows))
+    items = build_items(rows, idx_list, config, conditions)
+    check_shared_contexts(items, conditions)
+    task_fields = check_official_prompt(ctx.inputs.parquet_path, config)
+
+    off, official_meta = run_official(ctx, items, conditions)
+    ind, independent_meta = run_independent(ctx, items, conditions)
+    two_paths.check_same_loading(official_meta, independent_meta)
+    with stages.stage("compare"):
+        records, bad = make_records(items, conditions, off, ind)
+        if bad:
+            raise IdentityMismatch(f"{len({b[0] for b in bad})} item x condition records differ between the "
+                                   "official and independent paths", bad)
+        summary = summarise(records, conditions, comparisons, ctx.split)
+
+    texts = [{"idx": it["idx"], "sentence": it["sentence"], "prompts": it["contexts"]} for it in items]
+    return Result(config=config_of(ctx, rows, idx_list, conditions, comparisons, task_fields, official_meta,
+                                   independent_meta),
+                  records=records, summary=summary,
+                  token_stats=token_stats(records, conditions, items, official_meta, independent_meta),
+                  private={"texts.jsonl": jsonl(texts)}, headline=headline(summary),
+                  prompt_template_sha256=template_sha256(config))

@@ -4,21 +4,24 @@ Every selected item is scored by lm-eval 0.4.9.2 with its installed glue/sst2 ta
 in experiments/scoring.py. The two are joined on item identity (doc id, sentence hash, prompt hash, candidate
 token boundaries) and must agree bit for bit on every candidate score; any disagreement stops the run (exit 1).
 
+Flags it honours (ctx.options): no_sort_samples (indices_for_lm_eval), fast (also fast mode, compared with parity
+mode), no_cache (no result cache).
+
 Read top to bottom: select items -> build prompts -> official run -> independent run -> identity join ->
 compare -> evidence.
 """
 import hashlib
 import time
 
-import pyarrow.parquet as pq
-import torch
 from tqdm import tqdm
 
-from experiments import fast_scoring, official, result_cache, scoring
+from experiments import fast_scoring, official, result_cache, scoring, two_paths
+from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
-from experiments.selection import select, selection_block
+from experiments.selection import config_head, load_rows, select_items
 
 NAME = "protocol"
+CONFIG_SECTIONS = ("shared", "protocol")
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 TASK_NAME = "sst2"
 
@@ -27,10 +30,8 @@ def prompt_template_sha256(config):
     return hashlib.sha256(config["sst2_prompt"].encode("utf-8")).hexdigest()
 
 
-def load_rows(parquet_path):
-    cols = pq.read_table(parquet_path).to_pydict()
-    return [{"idx": int(i), "label": int(l), "sentence": s}
-            for s, l, i in zip(cols["sentence"], cols["label"], cols["idx"])]
+def data_label(ctx):
+    return ctx.inputs.data_id
 
 
 def build_items(rows, idx_list, config):
@@ -38,7 +39,6 @@ def build_items(rows, idx_list, config):
     items = []
     for rank, idx in enumerate(idx_list):
         row = rows[idx]
-        assert row["idx"] == idx, f"row at position {idx} has idx {row['idx']}"
         prompt = config["sst2_prompt"].format(sentence=row["sentence"])
         items.append({"idx": idx, "rank": rank, "label": row["label"], "sentence": row["sentence"],
                       "prompt": prompt, "candidates": [config["target_delimiter"] + c for c in config["sst2_choices"]]})
@@ -60,52 +60,59 @@ def check_task_config(dumped, config):
         raise IdentityMismatch("the official task config differs from the protocol this repository implements", bad)
 
 
-def run_official(ctx, items, parquet_path):
-    """lm-eval on the selected idx list. Indices are sorted first: 0.4.9.2 labels logged samples with the caller's
-    order but iterates documents in dataset order, so an unsorted list mislabels evidence. Sorting is input
-    normalisation (the same set of items), not re-selection; --no-sort-samples reproduces the defect."""
-    config = ctx["config"]
-    with ctx["stages"].stage("official_model_load"):
-        lm = official.make_lm(ctx["model_dir"], config)
-    indices = [it["idx"] for it in items]
-    passed = indices if ctx["args"].no_sort_samples else sorted(indices)
-    cfg = official.task_config(TASK_YAML, parquet_path)
-    with ctx["stages"].stage("official"):
+def indices_for_lm_eval(indices, sort=True):
+    """(the idx list as passed to lm-eval, how it is ordered).
+
+    lm-eval 0.4.9.2 labels logged samples with the caller's order but iterates documents in dataset order, so an
+    unsorted list mislabels evidence. Sorting is input normalisation (the same set of items), not re-selection.
+    sort=False (--no-sort-samples) reproduces the defect on purpose: the rank order when it is unsorted, else the
+    rank order reversed, so that any selection of 2 or more items demonstrates it; with fewer than 2 items no
+    unsorted order exists, and the order says that nothing could be demonstrated."""
+    indices = list(indices)
+    if sort:
+        return sorted(indices), "sorted ascending (input normalisation; the default)"
+    if len(indices) < 2:
+        return indices, (f"--no-sort-samples with {len(indices)} item(s): no unsorted order exists, so nothing "
+                         "could be demonstrated")
+    if indices != sorted(indices):
+        return indices, "--no-sort-samples: the rank order, unsorted"
+    return indices[::-1], "--no-sort-samples: the rank order reversed (the rank order is already ascending)"
+
+
+def run_official(ctx, items):
+    """lm-eval with the installed task on the selected idx list (see indices_for_lm_eval for the order)."""
+    config = ctx.config
+    lm = two_paths.load_official_model(ctx)
+    passed, order = indices_for_lm_eval([it["idx"] for it in items], sort=not ctx.options.no_sort_samples)
+    cfg = official.task_config(TASK_YAML, ctx.inputs.parquet_path)
+    with ctx.stages.stage("official"):
         results = official.evaluate(lm, cfg, TASK_NAME, passed, config["seed"])
-    samples = results["samples"][TASK_NAME]
-    boundaries = {}
-    for it in items:
-        for cand in it["candidates"]:
-            boundaries[(it["idx"], cand)] = official.encode_pair(lm, it["prompt"], cand)
     meta = {
         "lm_eval_version": official.version(),
         "task_yaml": TASK_YAML,
         "dumped_task_config": results["configs"][TASK_NAME],
         "lm_eval_files_sha256": official.file_hashes(extra=[TASK_YAML]),
         "indices_passed_to_lm_eval": passed,
-        "indices_sorted": passed == sorted(indices),
+        "indices_sorted": passed == sorted(passed),
+        "indices_order": order,
         "reported_acc": results["results"][TASK_NAME]["acc,none"],
-        **official.lm_facts(lm, ctx["model_dir"], config),
+        **official.lm_facts(lm, ctx.inputs.model_dir, config),
         "custom_dataset": "serves the verified cache parquet as the validation split (+ an empty train split)",
     }
+    boundaries = two_paths.official_boundaries(lm, items)
     del lm
-    return samples, boundaries, meta
+    return results["samples"][TASK_NAME], boundaries, meta
 
 
 def run_independent(ctx, items):
     """Parity mode (scoring.py), each candidate score served from / stored into the result cache unless
     --no-cache; with --fast, also fast mode (fast_scoring.py) on the same loaded model. Returns
     (scores by idx, meta, fast results or None)."""
-    from adapter import load_model, load_tokenizer
-
-    config = ctx["config"]
-    args = ctx["args"]
-    with ctx["stages"].stage("independent_model_load"):
-        tokenizer = load_tokenizer(ctx["model_dir"])
-        model = load_model(ctx["model_dir"], config)
+    config = ctx.config
+    model, tokenizer = two_paths.load_independent_model(ctx)
     cache = result_cache.open_for(ctx, "independent-parity", prompt_template_sha256(config))
     out, n_cached, n_items_cached = {}, 0, 0
-    with ctx["stages"].stage("independent"):
+    with ctx.stages.stage("independent"):
         for n, it in enumerate(tqdm(items, desc="independent scoring", unit="item"), start=1):
             where = f"idx {it['idx']}"
             if cache is None:
@@ -124,19 +131,18 @@ def run_independent(ctx, items):
                        items_from_cache=n_items_cached)
     if cache is not None:
         cache.close()
-    meta = {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
-            "torch_threads": torch.get_num_threads(), "result_cache": cache_stats}
-    fast = run_fast(ctx, items, model, tokenizer) if getattr(args, "fast", False) else None
+    meta = {**two_paths.model_facts(model), "result_cache": cache_stats}
+    fast = run_fast(ctx, items, model, tokenizer) if ctx.options.fast else None
     return out, meta, fast
 
 
 def run_fast(ctx, items, model, tokenizer):
     """Fast mode at the configured batch size and at batch size 1 (the batch-size invariance figures)."""
-    config = ctx["config"]
+    config = ctx.config
     requests = [(it["idx"], it["prompt"], it["candidates"]) for it in items]
     runs = {}
     for name, bs in (("fast", config["fast_batch_size"]), ("fast_batch1", 1)):
-        with ctx["stages"].stage(f"independent_{name}"):
+        with ctx.stages.stage(f"independent_{name}"):
             t0 = time.perf_counter()
             scores, stats = fast_scoring.score_candidates_fast(model, tokenizer, requests, config["max_input_tokens"],
                                                                bs, config["fast_max_batch_tokens"],
@@ -145,62 +151,36 @@ def run_fast(ctx, items, model, tokenizer):
     return runs
 
 
-def join_and_check(items, samples, boundaries, independent):
-    """Join every logged official sample to its item by doc_id and check each identity field."""
-    by_idx = {it["idx"]: it for it in items}
-    bad = []
-    seen = [s["doc_id"] for s in samples]
-    if sorted(seen) != sorted(by_idx) or len(set(seen)) != len(seen):
-        bad.append((None, "logged doc_ids", sorted(seen), sorted(by_idx)))
-    official_by_idx = {}
-    for s in samples:
-        it = by_idx.get(s["doc_id"])
-        if it is None:
-            continue
-        doc = s["doc"]
-        checks = [
-            ("doc.idx", doc.get("idx"), it["idx"]),
-            ("label", doc.get("label"), it["label"]),
-            ("target", s["target"], it["label"]),
-            ("sentence_sha256", scoring.sha256_text(doc.get("sentence", "")), scoring.sha256_text(it["sentence"])),
-            ("prompt_sha256", [scoring.sha256_text(a[0]) for a in s["arguments"]],
-             [scoring.sha256_text(it["prompt"])] * len(it["candidates"])),
-            ("candidates", [a[1] for a in s["arguments"]], it["candidates"]),
-        ]
-        for cand, ind in zip(it["candidates"], independent[it["idx"]]):
-            ctx_ids, cand_ids = boundaries[(it["idx"], cand)]
-            checks.append((f"boundary {cand!r}", [len(ctx_ids), list(cand_ids)], [ind["start"], ind["token_ids"]]))
-        bad += [(s["doc_id"], field, o, i) for field, o, i in checks if o != i]
-        official_by_idx[s["doc_id"]] = s
-    if bad:
-        raise IdentityMismatch(f"{len({b[0] for b in bad})} logged samples do not match their items", bad)
-    return official_by_idx
+def sst2_fields(sample, item):
+    """The SST-2 identity fields of one logged sample (two_paths.join_samples adds prompt, candidates, tokens)."""
+    doc = sample["doc"]
+    return [
+        ("doc.idx", doc.get("idx"), item["idx"]),
+        ("label", doc.get("label"), item["label"]),
+        ("target", sample["target"], item["label"]),
+        ("sentence_sha256", scoring.sha256_text(doc.get("sentence", "")), scoring.sha256_text(item["sentence"])),
+    ]
+
+
+def join_and_check(items, samples, boundaries, independent, official_meta):
+    """Join every logged official sample to its item by doc_id and check each identity field. A failure carries
+    the order the indices were passed to lm-eval in (what --no-sort-samples demonstrates)."""
+    try:
+        return two_paths.join_samples(items, samples, boundaries, independent, sst2_fields, "items")
+    except IdentityMismatch as e:
+        e.details = {"indices_passed_to_lm_eval": official_meta["indices_passed_to_lm_eval"],
+                     "indices_order": official_meta["indices_order"]}
+        raise
 
 
 def compare(items, official_by_idx, independent):
     records, texts, bad = [], [], []
     for it in items:
-        s = official_by_idx[it["idx"]]
-        off_scores = [float(r[0][0]) for r in s["resps"]]
-        ind = independent[it["idx"]]
-        ind_scores = [c["score"] for c in ind]
-        diffs = [abs(a - b) for a, b in zip(off_scores, ind_scores)]
-        off_pred = scoring.argmax_first(off_scores)
-        ind_pred = scoring.argmax_first(ind_scores)
-        if any(d != 0.0 for d in diffs) or off_pred != ind_pred:
-            bad.append((it["idx"], "scores", off_scores, ind_scores))
-        records.append({
-            "idx": it["idx"], "rank": it["rank"], "label": it["label"],
-            "sentence_sha256": scoring.sha256_text(it["sentence"]),
-            "prompt_sha256": scoring.sha256_text(it["prompt"]),
-            "context_tokens": ind[0]["start"],
-            "candidates": [{"text": c["text"], "token_ids": c["token_ids"], "start": c["start"]} for c in ind],
-            "official": {"doc_id": s["doc_id"], "scores": off_scores, "is_greedy": [bool(r[0][1]) for r in s["resps"]],
-                         "pred": off_pred, "acc": float(s["acc"]), "doc_hash": s["doc_hash"],
-                         "prompt_hash": s["prompt_hash"]},
-            "independent": {"scores": ind_scores, "pred": ind_pred, "correct": int(ind_pred == it["label"])},
-            "abs_diff": diffs,
-        })
+        record, agrees = two_paths.compare_item(it, official_by_idx[it["idx"]], independent[it["idx"]])
+        record["rank"] = it["rank"]
+        if not agrees:
+            bad.append((it["idx"], "scores", record["official"]["scores"], record["independent"]["scores"]))
+        records.append(record)
         texts.append({"idx": it["idx"], "sentence": it["sentence"], "prompt": it["prompt"]})
     return records, texts, bad
 
@@ -211,20 +191,18 @@ def summarise(records, split, meta):
     label_counts = {str(k): labels.count(k) for k in (0, 1)}
     majority = max((0, 1), key=lambda k: (labels.count(k), -k))
 
-    def side(key, pred_of):
+    def side(pred_of):
         preds = [pred_of(r) for r in records]
         correct = sum(p == r["label"] for p, r in zip(preds, records))
         return {"correct": correct, "accuracy": correct / n, "pred_counts": {str(k): preds.count(k) for k in (0, 1)}}
 
-    diffs = [d for r in records for d in r["abs_diff"]]
     return {
         "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
-        "n_items": n, "n_candidates": len(diffs), "label_counts": label_counts,
-        "official": {**side("official", lambda r: r["official"]["pred"]), "lm_eval_reported_acc": meta["reported_acc"]},
-        "independent": side("independent", lambda r: r["independent"]["pred"]),
+        "n_items": n, "n_candidates": sum(len(r["abs_diff"]) for r in records), "label_counts": label_counts,
+        "official": {**side(lambda r: r["official"]["pred"]), "lm_eval_reported_acc": meta["reported_acc"]},
+        "independent": side(lambda r: r["independent"]["pred"]),
         "constant_class_baseline": {"label": majority, "accuracy": labels.count(majority) / n},
-        "agreement": {"max_abs_diff": max(diffs), "n_candidate_score_mismatches": sum(d != 0.0 for d in diffs),
-                      "n_prediction_mismatches": sum(r["official"]["pred"] != r["independent"]["pred"] for r in records)},
+        "agreement": two_paths.agreement(records, lambda r: r["official"]["pred"], lambda r: r["independent"]["pred"]),
         "identity_checks": {"passed": True, "n_samples_joined": n,
                             "fields": ["doc_id", "doc.idx", "label", "target", "sentence_sha256", "prompt_sha256",
                                        "candidate texts", "candidate token ids and start"]},
@@ -298,48 +276,49 @@ def headline(s):
             f"{s['agreement']['max_abs_diff']}, identity checks passed")
 
 
-def run(ctx):
-    config, split, stages = ctx["config"], ctx["split"], ctx["stages"]
-    rows = load_rows(ctx["parquet_path"])
-    idx_list = select(split, config["selection_salt"], len(rows), config["n_dev"], config["n_confirm"],
-                      config["n_smoke"])
-    items = build_items(rows, idx_list, config)
+def sort_note(options, official_meta):
+    """What --no-sort-samples did when the run did not stop (the usual outcome is an IdentityMismatch instead)."""
+    if not options.no_sort_samples:
+        return ""
+    if not official_meta["indices_sorted"]:
+        return (f"; {official_meta['indices_order']}, and the identity join still passed: this lm-eval does not "
+                "show the 0.4.9.2 doc_id defect")
+    return f"; {official_meta['indices_order']}"
 
-    samples, boundaries, official_meta = run_official(ctx, items, ctx["parquet_path"])
+
+def score_and_compare(ctx, items):
+    """Both paths, the identity join and the comparison: (records, texts, summary, official meta, independent
+    meta). Raises IdentityMismatch on any difference."""
+    config, stages = ctx.config, ctx.stages
+    samples, boundaries, official_meta = run_official(ctx, items)
     check_task_config(official_meta["dumped_task_config"], config)
     independent, independent_meta, fast = run_independent(ctx, items)
-    for key in ("model_dtype", "attn_implementation", "torch_threads"):
-        if official_meta[key] != independent_meta[key]:
-            raise IdentityMismatch("the two paths loaded the model differently",
-                                   [(None, key, official_meta[key], independent_meta[key])])
-
+    two_paths.check_same_loading(official_meta, independent_meta)
     with stages.stage("compare"):
-        official_by_idx = join_and_check(items, samples, boundaries, independent)
+        official_by_idx = join_and_check(items, samples, boundaries, independent, official_meta)
         records, texts, bad = compare(items, official_by_idx, independent)
         if bad:
             raise IdentityMismatch(f"{len(bad)} items differ between the official and independent scores", bad)
-        summary = summarise(records, split, official_meta)
+        summary = summarise(records, ctx.split, official_meta)
         if fast is not None:
             summary["fast"], bad = compare_fast(records, fast, independent_meta["result_cache"], config,
                                                 stages.stages)
             if bad:
                 raise IdentityMismatch("fast mode disagrees with parity mode (an argmax changed or a score moved "
                                        f"more than fast_tolerance={config['fast_tolerance']})", bad)
+    return records, texts, summary, official_meta, independent_meta
 
-    token_counts = [r["context_tokens"] + len(c["token_ids"]) for r in records for c in r["candidates"]]
-    ctx_counts = [r["context_tokens"] for r in records]
-    config_out = {
-        "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
-        "data": ctx["data_id"], "data_content_sha256": ctx["data_content_sha256"], "n_rows": len(rows),
-        "selection": selection_block(config, split, idx_list),
-        "config": config, "official": official_meta, "independent": independent_meta,
-        "model": ctx["model_identity"],
-    }
-    stats = {"context_tokens": {"min": min(ctx_counts), "max": max(ctx_counts), "total": sum(ctx_counts)},
-             "input_tokens_per_candidate": {"min": min(token_counts), "max": max(token_counts),
-                                            "total": sum(token_counts)},
-             "n_items": len(records), "n_candidates": len(token_counts)}
-    return {"config": config_out, "records": records, "summary": summary, "token_stats": stats,
-            "private": {"texts.jsonl": jsonl(texts)},
-            "headline": headline(summary) + cache_headline(independent_meta["result_cache"], summary.get("fast")),
-            "prompt_template_sha256": prompt_template_sha256(config)}
+
+def run(ctx):
+    rows = load_rows(ctx.inputs.parquet_path)
+    idx_list = select_items(ctx.config, ctx.split, len(rows))
+    items = build_items(rows, idx_list, ctx.config)
+    records, texts, summary, official_meta, independent_meta = score_and_compare(ctx, items)
+    config_out = {**config_head(ctx, NAME, len(rows), idx_list),
+                  "official": official_meta, "independent": independent_meta}
+    return Result(config=config_out, records=records, summary=summary,
+                  token_stats=two_paths.candidate_token_stats(records),
+                  private={"texts.jsonl": jsonl(texts)},
+                  headline=(headline(summary) + cache_headline(independent_meta["result_cache"], summary.get("fast"))
+                            + sort_note(ctx.options, official_meta)),
+                  prompt_template_sha256=prompt_template_sha256(ctx.config))

@@ -1,13 +1,15 @@
 """An identity-keyed result cache: SQLite in the cache directory (`<cache>/results.sqlite`, WAL mode).
 
 A stored result (a per-candidate score, later a generation) answers only a request whose FULL identity is the
-same (DESIGN.md, Identity):
+same (the identity contract in ARCHITECTURE.md):
 
     run part   model sha256, tokenizer sha256, data content sha256, prompt/template sha256, the scoring config
-               (as run.py's run_identity: the whole effective config.py CONFIG, + the scorer name), code sha256
-               (evidence.code_sha256(): every
-               top-level *.py and experiments/*.py, so any code change misses), library versions, and the
-               platform (CPU model, torch's CPU capability): the same fp32 code can round differently elsewhere.
+               (as run.py's identity.json scoring_config: the experiment's effective config, i.e. the config.py
+               sections in its CONFIG_SECTIONS merged flat; + the scorer name), code sha256
+               (evidence.code_sha256(): every top-level *.py but config.py, experiments/*.py and harness/*.py, so
+               any code change misses; config.py's values enter through the scoring config, section by section),
+               library versions, and the platform (CPU model, torch's CPU capability): the same fp32 code can
+               round differently elsewhere.
     item part  whatever identifies the request within the run; for a candidate score: idx, sentence sha256,
                prompt sha256, candidate text, candidate token ids and their start.
 
@@ -26,11 +28,11 @@ What is cached, and what never is:
 - Never fast-mode scores (experiments/fast_scoring.py): with padding a score depends on its batch neighbours,
   which are not part of an item's identity.
 
-API (for experiments that adopt it):
+API (the protocol uses it; another experiment can adopt it the same way):
 
     ident = run_identity(model_sha256=..., tokenizer_sha256=..., data_content_sha256=...,
-                         prompt_template_sha256=..., config=CONFIG, scorer="independent-parity")
-    cache = ResultCache(path, ident)                 # or open_for(ctx, ...) / None when disabled
+                         prompt_template_sha256=..., config=ctx.config, scorer="independent-parity")
+    cache = ResultCache(path, ident)                 # or open_for(ctx, ...) / None with --no-cache
     value = cache.get(item)                          # None on a miss (also for a corrupted row)
     with cache.batch():                              # one commit per item
         cache.put(item, value)
@@ -51,11 +53,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-
 def scoring_config(config):
-    """The scoring config of the identity: as run.py's run_identity, the whole effective config (every setting in
-    config.py can change a score). tests/test_result_cache.py checks the two stay the same."""
+    """The scoring config of the identity: as run.py's identity.json scoring_config, the experiment's effective
+    config (its CONFIG_SECTIONS merged flat). tests/test_result_cache.py checks the two stay the same."""
     return dict(config)
+
 
 DEFAULT_FILE = "results.sqlite"
 KILL_ENV = "EVAL_TEST_KILL_AFTER_ITEMS"
@@ -74,12 +76,9 @@ def platform_identity():
 
     import torch
 
-    cpu = ""
-    try:
-        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpu": cpu, "machine": platform.machine(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    from experiments.evidence import cpu_model
+
+    return {"cpu": cpu_model(), "machine": platform.machine(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def run_identity(*, model_sha256, tokenizer_sha256, data_content_sha256, prompt_template_sha256, config, scorer,
@@ -200,16 +199,14 @@ def disabled_stats():
 
 
 def open_for(ctx, scorer, prompt_template_sha256, extra=None):
-    """The cache of a run.py experiment context, or None with --no-cache."""
-    args = ctx.get("args")
-    if getattr(args, "no_cache", False):
+    """The cache of a run.py experiment context (experiments.context.Context), or None with --no-cache."""
+    if ctx.options.no_cache:
         return None
-    config = ctx["config"]
-    mi = ctx["model_identity"]
+    mi = ctx.inputs.model_identity
     run = run_identity(model_sha256=mi["model_sha256"], tokenizer_sha256=mi["tokenizer_sha256"],
-                       data_content_sha256=ctx["data_content_sha256"], prompt_template_sha256=prompt_template_sha256,
-                       config=config, scorer=scorer, extra=extra)
-    return ResultCache(Path(ctx["cache"]) / config.get("result_cache_file", DEFAULT_FILE), run)
+                       data_content_sha256=ctx.inputs.data_content_sha256,
+                       prompt_template_sha256=prompt_template_sha256, config=ctx.config, scorer=scorer, extra=extra)
+    return ResultCache(Path(ctx.inputs.cache) / ctx.config.get("result_cache_file", DEFAULT_FILE), run)
 
 
 def candidate_item(base, context, candidate, ctx_ids, cand_ids):

@@ -9,9 +9,14 @@ pre-registered sample: same pre-registration sha256, same idx at every position)
 external resource and a Content-Security-Policy that forbids any (default-src 'none').
 
 audit.py --review SHEET reads the exported sheet (and refuses a blank or partly blank one).
+
+The page is one Jinja2 template (PAGE) rendered in a single pass with autoescaping: an answer is data in a JSON
+block, never template text, whatever it contains.
 """
-import html
 import json
+
+from jinja2 import Environment, StrictUndefined
+from markupsafe import Markup
 
 PAGE_FORMAT = "extraction-review-page/v1"
 SHEET_FORMAT = "extraction-review-sheet/v1"
@@ -38,8 +43,10 @@ def build_review_page(items, meta):
             "max_new_tokens": meta["max_new_tokens"], "labels": meta["labels"],
             "stances": [s for s, _ in STANCES], "items": items}
     title = f"Extraction review: {len(items)} pre-registered items ({meta['split']})"
-    return PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", _script_json(data)).replace(
-        "__STANCES__", _script_json(STANCES))
+    # one pass: values are inserted once and never read again as template text; the title is HTML-escaped by
+    # autoescaping, the JSON blocks are marked safe because _script_json already made them inert in <script>
+    return TEMPLATE.render(title=title, data_json=Markup(_script_json(data)),
+                           stances_json=Markup(_script_json(STANCES)))
 
 
 PAGE = r"""<!DOCTYPE html>
@@ -49,7 +56,7 @@ PAGE = r"""<!DOCTYPE html>
 <meta http-equiv="Content-Security-Policy"
       content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>__TITLE__</title>
+<title>{{ title }}</title>
 <style>
   body { font: 15px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 60rem; padding: 1rem 1.5rem 4rem; color: #1d1d1d; }
   h1 { font-size: 1.35rem; margin-bottom: .2rem; }
@@ -74,7 +81,7 @@ PAGE = r"""<!DOCTYPE html>
 </style>
 </head>
 <body>
-<h1>__TITLE__</h1>
+<h1>{{ title }}</h1>
 <p class="muted">Read each review and the model's full answer, then record what the answer concludes and whether
 that is right. The automatic scores are deliberately not shown. Choose <em>uncertain</em> when the answer takes
 contradictory or unclear positions, <em>no conclusion</em> when it states none. Mark the dataset label as disputed
@@ -101,8 +108,8 @@ done and keep the file. Nothing leaves this computer: the page makes no network 
   <div id="status" role="status"></div>
 </div>
 
-<script type="application/json" id="review-data">__DATA__</script>
-<script type="application/json" id="stance-names">__STANCES__</script>
+<script type="application/json" id="review-data">{{ data_json }}</script>
+<script type="application/json" id="stance-names">{{ stances_json }}</script>
 <script>
 "use strict";
 const DATA = JSON.parse(document.getElementById("review-data").textContent);
@@ -211,10 +218,14 @@ function collect() {
   };
 }
 
-function missingFields(sheet) {
+// One entry per place with blank fields: the reviewer, or an item. Counts and lists are both made from these
+// entries, so what the page says is missing is exactly what it lists.
+function missingEntries(sheet) {
   const miss = [];
-  if (!sheet.reviewer.name.trim()) miss.push("reviewer name");
-  if (!sheet.reviewer.time.trim()) miss.push("review time");
+  const reviewer = [];
+  if (!sheet.reviewer.name.trim()) reviewer.push("name");
+  if (!sheet.reviewer.time.trim()) reviewer.push("time");
+  if (reviewer.length) miss.push({where: "reviewer", fields: reviewer});
   for (const it of sheet.items) {
     const m = [];
     if (it.final_stance === null) m.push("final stance");
@@ -222,17 +233,33 @@ function missingFields(sheet) {
     if (!it.reason.trim()) m.push("reason");
     const card = document.getElementById(`item-${it.position}`);
     card.className = "item " + (m.length ? "incomplete" : "complete");
-    if (m.length) miss.push(`item ${it.position} (idx ${it.idx}): ${m.join(", ")}`);
+    if (m.length) miss.push({where: `item ${it.position} (idx ${it.idx})`, fields: m});
   }
   return miss;
 }
 
+function plural(n, one, many) { return `${n} ${n === 1 ? one : many}`; }
+
+function fieldCount(miss) { return miss.reduce((n, m) => n + m.fields.length, 0); }
+
+function missingCount(miss) {
+  const fields = plural(fieldCount(miss), "missing field", "missing fields");
+  return `${fields} in ${plural(miss.length, "entry", "entries")}`;
+}
+
+const LISTED_ENTRIES = 6;
+
 function progress() {
-  const miss = missingFields(collect());
+  const miss = missingEntries(collect());
   const p = document.getElementById("progress");
+  const shown = miss.slice(0, LISTED_ENTRIES).map((m) => `${m.where}: ${m.fields.join(", ")}`);
+  const rest = miss.slice(LISTED_ENTRIES);
+  if (rest.length) {
+    const fields = plural(fieldCount(rest), "field", "fields");
+    shown.push(`and ${plural(rest.length, "more entry", "more entries")} (${fields})`);
+  }
   p.textContent = miss.length
-    ? `Incomplete: ${miss.length} missing entr${miss.length === 1 ? "y" : "ies"}. ` + miss.slice(0, 6).join("; ")
-      + (miss.length > 6 ? "; ..." : "")
+    ? `Incomplete: ${missingCount(miss)}. ` + shown.join("; ") + "."
     : `Complete: all ${DATA.items.length} items and the reviewer fields are filled.`;
   p.className = miss.length ? "" : "ok";
 }
@@ -247,7 +274,7 @@ function status(msg, ok) {
 
 function exportSheet() {
   const sheet = collect();
-  const miss = missingFields(sheet);
+  const miss = missingEntries(sheet);
   const text = JSON.stringify(sheet, null, 2) + "\n";
   const url = URL.createObjectURL(new Blob([text], {type: "application/json"}));
   const a = el("a", {href: url, download: `extraction-review-sheet-${DATA.preregistration_sha256.slice(0, 12)}.json`});
@@ -256,7 +283,7 @@ function exportSheet() {
   a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 60000);
   dirty = false;
-  status(miss.length ? `Exported an INCOMPLETE sheet (${miss.length} missing entries); audit.py will refuse it.`
+  status(miss.length ? `Exported an INCOMPLETE sheet (${missingCount(miss)}); audit.py will refuse it.`
                      : "Exported a complete sheet.", miss.length === 0);
 }
 
@@ -307,3 +334,5 @@ render();
 </body>
 </html>
 """
+
+TEMPLATE = Environment(autoescape=True, undefined=StrictUndefined, keep_trailing_newline=True).from_string(PAGE)

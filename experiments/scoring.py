@@ -1,4 +1,5 @@
-"""The independent scoring path, written from the definitions in DESIGN.md. It imports nothing from lm_eval.
+"""The independent scoring path, written from these definitions (not from lm-eval's code). It imports nothing
+from lm_eval.
 
     s_ij = sum_t log p(y_jt | x_i, y_j,<t)      (candidate log-likelihood, no BOS, no EOS, no normalisation)
     pred_i = argmax_j s_ij                       (first index wins ties)

@@ -1,10 +1,12 @@
-"""Item selection by a fixed hash rule, decided before any output is seen (DESIGN.md, "Item selection").
+"""Item selection by a fixed hash rule, decided before any output is seen, and the one loader of SST-2 rows.
 
 Rows are ranked by sha256(f"{salt}:{idx}") ascending. The first n_dev are the development items, the next
 n_confirm the confirmation items; --smoke takes the first n_smoke development items. The rule needs only the
 salt and the row count, so anyone can recompute it (audit.py does, with its own code).
 """
 import hashlib
+
+from resources import ResourceError
 
 
 def rank_key(salt, idx):
@@ -27,7 +29,38 @@ def select(split, salt, n_rows, n_dev, n_confirm, n_smoke):
     return ranked[lo:hi]
 
 
+def load_rows(parquet_path):
+    """The SST-2 rows (idx, label, sentence) of a verified parquet; row i must be idx i (lm-eval's doc_id is the
+    row position, and the identity join relies on the two being the same). Read as stored, never re-sorted."""
+    import pyarrow.parquet as pq
+
+    cols = pq.read_table(parquet_path, columns=["sentence", "label", "idx"]).to_pydict()
+    rows = [{"idx": int(i), "label": int(l), "sentence": s} for s, l, i in zip(cols["sentence"], cols["label"],
+                                                                               cols["idx"])]
+    if [r["idx"] for r in rows] != list(range(len(rows))):
+        raise ResourceError(f"{parquet_path}: rows are not idx 0..{len(rows) - 1} in order")
+    return rows
+
+
+def select_items(config, split, n_rows):
+    """The idx list of `split` under the configured rule; data too small for the split is bad input."""
+    try:
+        return select(split, config["selection_salt"], n_rows, config["n_dev"], config["n_confirm"],
+                      config["n_smoke"])
+    except ValueError as e:
+        raise ResourceError(f"item selection: {e}") from None
+
+
 def selection_block(config, split, idx_list):
     """The selection block every experiment writes into config.json (audit.py recomputes the rule from it)."""
     return {"salt": config["selection_salt"], "rule": config["selection_rule"], "n_dev": config["n_dev"],
             "n_confirm": config["n_confirm"], "n_smoke": config["n_smoke"], "split": split, "item_idx": idx_list}
+
+
+def config_head(ctx, name, n_rows, idx_list):
+    """The part of config.json every experiment on the SST-2 items writes: what was run, on which data and
+    model, which items, with which effective config."""
+    return {"experiment": name, "split": ctx.split, "confirmation_items_scored": ctx.split == "confirm",
+            "data": ctx.inputs.data_id, "data_content_sha256": ctx.inputs.data_content_sha256, "n_rows": n_rows,
+            "selection": selection_block(ctx.config, ctx.split, idx_list), "config": ctx.config,
+            "model": ctx.inputs.model_identity}

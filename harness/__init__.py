@@ -3,10 +3,16 @@
     tasks.py        task files (one JSONL per task), the loader and its errors
     metrics.py      the five metrics
     sandbox.py      running untrusted code (code_exec), with jail.py, the child side
-    adapters.py     ModelAdapter: toy, wrong, SmolLM2 (through the repository's adapter.py)
+    adapters.py     ModelAdapter: toy, wrong, SmolLM2 (a loaded model and tokenizer, passed in)
+    hf_model.py     the CLI's model: a prepared cache's files re-hashed, loaded with transformers
     runner.py       batches, timeouts, per-task scores
     leaderboard.py  leaderboard.json and diff
     cli.py          python -m harness run | diff
 
 Swap the adapter and the leaderboard changes; swap the tasks and it changes; nothing else should.
+
+The package stands on its own: it imports nothing from the repository around it (config, resources, adapter,
+experiments, run, report, bench, audit; tests/test_harness.py checks this). What it needs is passed in:
+settings as arguments, the model as a loaded object. run.py --experiment harness (experiments/harness.py)
+composes it with the repository's config and model loading.
 """

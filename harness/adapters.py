@@ -4,14 +4,14 @@
 - ToyAdapter: a deterministic pattern matcher written against the shipped fixture tasks (it never reads
   targets). It scores 1.0 on them and proves the plumbing, not any ability; on other tasks it says "I don't know".
 - WrongAdapter: always answers "∅", which no metric accepts: 0.0 everywhere.
-- SmolLM2Adapter: the prepared SmolLM2 through the repository's adapter.py (the only model-specific module):
-  chat template with the user turn, greedy decoding, at most `harness_max_new_tokens` new tokens, one prompt
-  per forward pass (no padding, so a reply does not depend on which batch it landed in). It implements the
-  optional `cancel()`, which the runner calls when a call runs out of time.
+- SmolLM2Adapter: a loaded Hugging Face causal LM and its tokenizer, passed in (the harness loads no model itself:
+  experiments/harness.py passes the model loaded by the repository's adapter.py, `python -m harness` one loaded
+  by harness/hf_model.py). Chat template with the user turn, greedy decoding, at most `max_new_tokens` new
+  tokens, one prompt per forward pass (no padding, so a reply does not depend on which batch it landed in). It
+  implements the optional `cancel()`, which the runner calls when a call runs out of time.
 """
 import re
 import threading
-from pathlib import Path
 from typing import List, Protocol, Sequence
 
 
@@ -81,14 +81,11 @@ class WrongAdapter:
 
 
 class SmolLM2Adapter:
-    def __init__(self, model_dir, config, model_id=None):
-        import adapter as model_adapter  # the repository's model-specific module (load_model, load_tokenizer)
-
-        self.tokenizer = model_adapter.load_tokenizer(model_dir)
-        self.model = model_adapter.load_model(model_dir, config)
-        self.max_new_tokens = config["harness_max_new_tokens"]
-        self.max_input_tokens = config["max_input_tokens"]
-        self.name = f"smollm2:{model_id or Path(model_dir).name}"
+    def __init__(self, model, tokenizer, name, max_new_tokens, max_input_tokens):
+        """model: a transformers causal LM in eval mode; name: shown in the leaderboard (e.g. "smollm2:<id>");
+        a prompt longer than max_input_tokens after the chat template is an error, never truncated."""
+        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.max_new_tokens, self.max_input_tokens = max_new_tokens, max_input_tokens
         self.tokens = {"prompt": 0, "generated": 0, "calls": 0}
         self._cancel = threading.Event()
 
@@ -135,11 +132,13 @@ class SmolLM2Adapter:
         return replies
 
 
-def make_adapter(name, model_dir=None, config=None, model_id=None):
+def make_adapter(name, load_model=None, model_id=None, max_new_tokens=None, max_input_tokens=None):
+    """The adapter called `name`; for smollm2, `load_model()` returns (model, tokenizer)."""
     if name == "toy":
         return ToyAdapter()
     if name == "wrong":
         return WrongAdapter()
     if name == "smollm2":
-        return SmolLM2Adapter(model_dir, config, model_id)
+        model, tokenizer = load_model()
+        return SmolLM2Adapter(model, tokenizer, f"smollm2:{model_id}", max_new_tokens, max_input_tokens)
     raise ValueError(f"unknown adapter {name!r} (toy, wrong, smollm2)")

@@ -18,7 +18,8 @@ Everything above `run_untrusted` is trusted set-up and runs BEFORE any untrusted
      the untrusted code cannot fake a set-up failure.
 
 Then the code is exec'd, `f(x)` is called on each input, and one JSON line with the outputs follows. The parent
-compares them with the expected outputs; it never trusts anything else this process says.
+compares them with the expected outputs; it never trusts anything else this process says. The set-up uses ctypes,
+which stays loaded: the untrusted code can import it and call libc too (sandbox.py says what that allows).
 """
 import ctypes
 import json

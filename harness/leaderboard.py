@@ -10,6 +10,9 @@ Schema `harness-leaderboard/v1`:
 No timestamps: two runs of a deterministic adapter give files that differ only in latencies.
 """
 import json
+import os
+import tempfile
+from pathlib import Path
 
 SCHEMA = "harness-leaderboard/v1"
 
@@ -32,10 +35,25 @@ def dumps(board):
     return json.dumps(board, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def write(path, board):
+    """Atomically (a temporary file in the same directory, then rename); the parent directory is created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(dumps(board))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def load(path):
-    board = json.loads(open(path, encoding="utf-8").read())
-    if board.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: expected schema {SCHEMA!r}, found {board.get('schema')!r}")
+    board = json.loads(Path(path).read_text(encoding="utf-8"))
+    found = board.get("schema") if isinstance(board, dict) else type(board).__name__
+    if found != SCHEMA:
+        raise ValueError(f"{path}: expected schema {SCHEMA!r}, found {found!r}")
     return board
 
 

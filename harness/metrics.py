@@ -7,10 +7,11 @@ extras are its reference).
                       scores if the prompt contains the target, so write prompts that do not.
 - multiple_choice:    first non-space character of the prediction, uppercased, equals the target (a letter).
                       "The answer is B" scores as "T".
-- rouge_l:            F1 of LCS precision (LCS / prediction tokens) and recall (LCS / reference tokens) over
-                      lowercase whitespace tokens. Punctuation stays attached to its token ("hill." != "hill"),
-                      unlike the rouge-score package, which strips non-alphanumerics; on lowercase alphanumeric
-                      text the two agree (tested).
+- rouge_l:            rouge-score's ROUGE-L F-measure without stemming (`RougeScorer(["rougeL"])`): lowercase,
+                      every character outside [a-z0-9] becomes a space, split on whitespace; F1 of LCS precision
+                      (LCS / prediction tokens) and recall (LCS / reference tokens); 0 when either side has no
+                      token. "Mat." and "mat" are the same token; text without ASCII letters or digits has no
+                      token at all ("café" is "caf"). Tested against the rouge_score package.
 - code_exec:          the code (the first ``` fenced block if there is one, else the whole prediction) runs in the
                       sandbox; score = fraction of io pairs [x, y] with f(x) == y.
 """
@@ -46,8 +47,16 @@ def lcs_length(a, b):
     return prev[-1]
 
 
+NON_ALPHANUMERIC = re.compile(r"[^a-z0-9]+")
+
+
+def rouge_tokens(text):
+    """rouge-score's default tokenizer with no stemmer (rouge_score/tokenize.py)."""
+    return NON_ALPHANUMERIC.sub(" ", text.lower()).split()
+
+
 def rouge_l_f1(prediction, reference):
-    p, r = prediction.lower().split(), reference.lower().split()
+    p, r = rouge_tokens(prediction), rouge_tokens(reference)
     lcs = lcs_length(p, r) if p and r else 0
     if lcs == 0:
         return 0.0

@@ -4,8 +4,8 @@
 user paths, no environment variables at all) in its own session, inside a fresh temporary directory, writes the
 request on its stdin and reads at most `result_max_bytes` from its stdout. A wall-clock timer (`wall_s`, counted
 from the child's "ready" line, after its set-up) kills the whole process group with SIGKILL; the temporary
-directory is removed afterwards. jail.py documents the layers applied
-inside the child (namespaces or Landlock, chroot, uid nobody, rlimits).
+directory is removed afterwards. jail.py documents the layers applied inside the child (namespaces or Landlock,
+chroot, uid nobody, rlimits).
 
 The child only ever sees the INPUTS of the io pairs; `score_io_pairs` compares its outputs with the expected
 outputs here, in the parent. Comparison is on canonical JSON (sorted keys): 1 and 1.0 differ, True and 1 differ,
@@ -14,8 +14,12 @@ tuples equal lists.
 Limits, honestly:
 - The untrusted code can make any system call; it is the kernel (namespaces, uid nobody, Landlock, rlimits) that
   confines it, not Python. There is no seccomp filter.
-- In "namespaces" mode (root) the jail holds only the Python installation, read-only: extension modules that
-  need a shared library outside it (zlib, hence base64/binascii; ctypes' libffi; ssl) cannot be imported.
+- ctypes works inside the sandbox, in both modes: jail.py imports it (with libffi and libc) for its own set-up,
+  so the untrusted code can call any libc function, i.e. make system calls directly. In "namespaces" mode the
+  privileged ones fail (unshare, setuid, chroot: EPERM, as uid nobody with no capabilities; tested).
+- In "namespaces" mode (root) the jail holds only the Python installation, read-only: an extension module that
+  needs a shared library outside it, not already loaded by jail.py (zlib, hence base64/binascii; ssl), cannot
+  be imported.
 - In "landlock" mode (not root; untested on the machines here, where we are root) the code keeps the caller's
   uid: Landlock refuses files outside the installation and the working directory, TCP bind/connect, and signals
   to processes outside the sandbox, but UDP is not refused and prlimit/setpriority on the caller's other

@@ -113,7 +113,11 @@ def load_task(path):
 
 
 def load_all_tasks(task_dir):
-    """Every *.jsonl in task_dir, by task name (sorted: the order of the leaderboard and of the overall mean)."""
+    """Every *.jsonl in task_dir, by task name (sorted: the order of the leaderboard and of the overall mean).
+    A missing directory is an error, never created here: a mistyped path must not look like an empty task set."""
+    if not Path(task_dir).is_dir():
+        raise TaskFormatError(task_dir, None, "a directory of *.jsonl task files",
+                              "no such directory" if not Path(task_dir).exists() else "a file")
     paths = sorted(Path(task_dir).glob("*.jsonl"))
     if not paths:
         raise TaskFormatError(task_dir, None, "at least one *.jsonl task file", "none")
@@ -121,7 +125,9 @@ def load_all_tasks(task_dir):
 
 
 def seed_fixture_tasks(target_dir):
-    """Copy the shipped fixture tasks into target_dir if it has no task files yet. Returns True if it seeded."""
+    """Copy the shipped fixture tasks into target_dir (created if needed) if it has no task files yet. Returns True
+    if it seeded. Only on an explicit request: `python -m harness run --seed-fixtures`, or the experiment's own
+    default directory O/.harness_tasks."""
     target_dir = Path(target_dir)
     if target_dir.exists() and any(target_dir.glob("*.jsonl")):
         return False

@@ -53,119 +53,122 @@ def _file_meta(data):
     return meta
 
 
-def make_handler(state):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class HubHandler(BaseHTTPRequestHandler):
+    """The request handler; `state` (a HubState) is set on the subclass make_handler creates."""
+    protocol_version = "HTTP/1.1"
+    state = None
 
-        def log_message(self, *args):  # keep test output quiet
-            pass
+    def log_message(self, *args):  # keep test output quiet
+        pass
 
-        def _send(self, code, body=b"", headers=None, head=False):
+    def _send(self, code, body=b"", headers=None, head=False):
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if "Content-Length" not in (headers or {}):
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head and body:
+            self.wfile.write(body)
+
+    def _error(self, code, error_code, message, head=False):
+        body = json.dumps({"error": message}).encode()
+        self._send(code, body, {"X-Error-Code": error_code, "X-Error-Message": message,
+                                "Content-Type": "application/json"}, head=head)
+
+    def _repo(self, repo_type, repo_id, rev, head=False):
+        repo = self.state.repos.get((repo_type, repo_id))
+        if repo is None:
+            self._error(404, "RepoNotFound", f"Repository {repo_id} not found", head)
+            return None, None
+        commit = self.state.redirect_revision.get((repo_id, rev)) or repo.resolve(rev)
+        if commit is None or commit not in repo.commits:
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}", head)
+            return None, None
+        return repo, commit
+
+    def do_HEAD(self):
+        self._route(head=True)
+
+    def do_GET(self):
+        self._route(head=False)
+
+    def _route(self, head):
+        self.state.log.append((self.command, self.path, self.headers.get("Range")))
+        path = self.path.split("?", 1)[0]
+        m = re.match(r"^/(datasets/)?(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$", path)
+        if m:
+            return self._resolve("dataset" if m.group(1) else "model", m["repo"], m["rev"], m["file"], head)
+        m = re.match(r"^/api/(?P<kind>models|datasets)/(?P<repo>[^/]+/[^/]+)/(?P<what>revision|tree)/"
+                     r"(?P<rev>[^/]+)(?:/(?P<dir>.*))?$", path)
+        if m:
+            return self._api(m["kind"][:-1], m["repo"], m["what"], m["rev"], m["dir"] or "", head)
+        self._error(404, "EntryNotFound", f"no route for {path}", head)
+
+    def _resolve(self, repo_type, repo_id, rev, file, head):
+        repo, commit = self._repo(repo_type, repo_id, rev, head)
+        if repo is None:
+            return
+        files = repo.commits[commit]
+        if file not in files:
+            return self._error(404, "EntryNotFound", f"{file} does not exist at {rev}", head)
+        data = files[file]
+        meta = _file_meta(data)
+        if (repo_id, file) in self.state.corrupt:
+            data = bytearray(data)
+            data[len(data) // 2] ^= 0xFF
+            data = bytes(data)
+        headers = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        if "lfs" in meta:
+            headers.update({"ETag": f'"{meta["lfs"]["sha256"]}"', "X-Linked-Etag": f'"{meta["lfs"]["sha256"]}"',
+                            "X-Linked-Size": str(len(data))})
+        else:
+            headers["ETag"] = f'"{meta["oid"]}"'
+        start = 0
+        rng = self.headers.get("Range")
+        if rng and not head:
+            m = re.match(r"bytes=(\d+)-(\d*)$", rng)
+            start = int(m.group(1)) if m else 0
+            end = int(m.group(2)) if m and m.group(2) else len(data) - 1
+            body = data[start:end + 1]
+            headers["Content-Range"] = f"bytes {start}-{start + len(body) - 1}/{len(data)}"
+            code = 206
+        else:
+            body, code = data, 200
+        headers["Content-Length"] = str(len(body))
+        cut = self.state.truncate_once.pop((repo_id, file), None) if not head else None
+        if cut is not None:
             self.send_response(code)
-            for k, v in (headers or {}).items():
+            for k, v in headers.items():
                 self.send_header(k, v)
-            if "Content-Length" not in (headers or {}):
-                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            if not head and body:
-                self.wfile.write(body)
+            self.wfile.write(body[:cut])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self._send(code, body, headers, head=head)
 
-        def _error(self, code, error_code, message, head=False):
-            body = json.dumps({"error": message}).encode()
-            self._send(code, body, {"X-Error-Code": error_code, "X-Error-Message": message,
-                                    "Content-Type": "application/json"}, head=head)
+    def _api(self, repo_type, repo_id, what, rev, subdir, head):
+        repo, commit = self._repo(repo_type, repo_id, rev, head)
+        if repo is None:
+            return
+        files = repo.commits[commit]
+        if what == "revision":
+            info = {"id": repo_id, "sha": commit, "private": False,
+                    "siblings": [{"rfilename": p, **_file_meta(d)} for p, d in sorted(files.items())]}
+        else:
+            prefix = subdir.rstrip("/") + "/" if subdir else ""
+            info = [{"type": "file", "path": p, **_file_meta(d)} for p, d in sorted(files.items())
+                    if p.startswith(prefix) and "/" not in p[len(prefix):]]
+            dirs = sorted({p[len(prefix):].split("/")[0] for p in files
+                           if p.startswith(prefix) and "/" in p[len(prefix):]})
+            info += [{"type": "directory", "path": prefix + d, "oid": "0" * 40, "size": 0} for d in dirs]
+        body = json.dumps(info).encode()
+        self._send(200, body, {"Content-Type": "application/json", "X-Repo-Commit": commit}, head=head)
 
-        def _repo(self, repo_type, repo_id, rev, head=False):
-            repo = state.repos.get((repo_type, repo_id))
-            if repo is None:
-                self._error(404, "RepoNotFound", f"Repository {repo_id} not found", head)
-                return None, None
-            commit = state.redirect_revision.get((repo_id, rev)) or repo.resolve(rev)
-            if commit is None or commit not in repo.commits:
-                self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}", head)
-                return None, None
-            return repo, commit
 
-        def do_HEAD(self):
-            self._route(head=True)
-
-        def do_GET(self):
-            self._route(head=False)
-
-        def _route(self, head):
-            state.log.append((self.command, self.path, self.headers.get("Range")))
-            path = self.path.split("?", 1)[0]
-            m = re.match(r"^/(datasets/)?(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$", path)
-            if m:
-                return self._resolve("dataset" if m.group(1) else "model", m["repo"], m["rev"], m["file"], head)
-            m = re.match(r"^/api/(?P<kind>models|datasets)/(?P<repo>[^/]+/[^/]+)/(?P<what>revision|tree)/"
-                         r"(?P<rev>[^/]+)(?:/(?P<dir>.*))?$", path)
-            if m:
-                return self._api(m["kind"][:-1], m["repo"], m["what"], m["rev"], m["dir"] or "", head)
-            self._error(404, "EntryNotFound", f"no route for {path}", head)
-
-        def _resolve(self, repo_type, repo_id, rev, file, head):
-            repo, commit = self._repo(repo_type, repo_id, rev, head)
-            if repo is None:
-                return
-            files = repo.commits[commit]
-            if file not in files:
-                return self._error(404, "EntryNotFound", f"{file} does not exist at {rev}", head)
-            data = files[file]
-            meta = _file_meta(data)
-            if (repo_id, file) in state.corrupt:
-                data = bytearray(data)
-                data[len(data) // 2] ^= 0xFF
-                data = bytes(data)
-            headers = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
-            if "lfs" in meta:
-                headers.update({"ETag": f'"{meta["lfs"]["sha256"]}"', "X-Linked-Etag": f'"{meta["lfs"]["sha256"]}"',
-                                "X-Linked-Size": str(len(data))})
-            else:
-                headers["ETag"] = f'"{meta["oid"]}"'
-            start = 0
-            rng = self.headers.get("Range")
-            if rng and not head:
-                m = re.match(r"bytes=(\d+)-(\d*)$", rng)
-                start = int(m.group(1)) if m else 0
-                end = int(m.group(2)) if m and m.group(2) else len(data) - 1
-                body = data[start:end + 1]
-                headers["Content-Range"] = f"bytes {start}-{start + len(body) - 1}/{len(data)}"
-                code = 206
-            else:
-                body, code = data, 200
-            headers["Content-Length"] = str(len(body))
-            cut = state.truncate_once.pop((repo_id, file), None) if not head else None
-            if cut is not None:
-                self.send_response(code)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(body[:cut])
-                self.wfile.flush()
-                self.close_connection = True
-                return
-            self._send(code, body, headers, head=head)
-
-        def _api(self, repo_type, repo_id, what, rev, subdir, head):
-            repo, commit = self._repo(repo_type, repo_id, rev, head)
-            if repo is None:
-                return
-            files = repo.commits[commit]
-            if what == "revision":
-                info = {"id": repo_id, "sha": commit, "private": False,
-                        "siblings": [{"rfilename": p, **_file_meta(d)} for p, d in sorted(files.items())]}
-            else:
-                prefix = subdir.rstrip("/") + "/" if subdir else ""
-                info = [{"type": "file", "path": p, **_file_meta(d)} for p, d in sorted(files.items())
-                        if p.startswith(prefix) and "/" not in p[len(prefix):]]
-                dirs = sorted({p[len(prefix):].split("/")[0] for p in files
-                               if p.startswith(prefix) and "/" in p[len(prefix):]})
-                info += [{"type": "directory", "path": prefix + d, "oid": "0" * 40, "size": 0} for d in dirs]
-            body = json.dumps(info).encode()
-            self._send(200, body, {"Content-Type": "application/json", "X-Repo-Commit": commit}, head=head)
-
-    return Handler
+def make_handler(state):
+    return type("Handler", (HubHandler,), {"state": state})
 
 
 class HubServer:

@@ -28,6 +28,8 @@ import adapter  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.slow  # every test reads the real prepared model, its tokenizer or the GGUF
+
 NEG, POS, A_ID, B_ID = 3524, 2731, 330, 389
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
@@ -309,7 +311,7 @@ def test_config_and_generation_config_special_ids(model_dir, gguf_meta):
     assert meta["tokenizer.ggml.bos_token_id"] == 1 and meta["tokenizer.ggml.eos_token_id"] == 2
     assert meta["tokenizer.ggml.padding_token_id"] == 2 and meta["tokenizer.ggml.unknown_token_id"] == 0
     assert not meta["tokenizer.ggml.add_bos_token"]
-    cfg = adapter.config_summary(model_dir)
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
     gen = json.loads((Path(model_dir) / "generation_config.json").read_text())
     for c in (cfg, gen):
         assert (c["bos_token_id"], c["eos_token_id"], c["pad_token_id"]) == (1, 2, 2)

@@ -1,7 +1,8 @@
-"""audit.py on real evidence: a smoke run of run.py on the prepared cache (2 items, made once per session).
+"""audit.py and its package evidence_audit/: independence (fast), unit tests of the shared definitions (fast), and
+the audit on real evidence (slow: a smoke run of run.py on the prepared cache, 2 items, made once per session).
 
-The session's evidence directory is never touched: every test audits its own copy (audit.py writes audit.json into
-the directory it audits, and the tamper tests edit files). The real model runs once for the smoke evidence; the
+The session's evidence directory is never touched: every slow test audits its own copy (audit.py writes audit.json
+into the directory it audits, and the tamper tests edit files). The real model runs once for the smoke evidence; the
 forward level re-runs it on 2 items per call (seconds).
 """
 import ast
@@ -16,7 +17,11 @@ import conftest
 from conftest import run_cli
 
 AUDIT = conftest.REPO / "audit.py"
-FORBIDDEN = {"run", "experiments", "resources", "config", "adapter", "lm_eval"}
+PACKAGE = conftest.REPO / "evidence_audit"
+AUDIT_SOURCES = [AUDIT] + sorted(PACKAGE.rglob("*.py"))
+# the runner, the harness, the report, the benchmark and every module they stand on, and lm_eval
+FORBIDDEN = {"run", "experiments", "harness", "report", "bench", "prepare", "resources", "config", "adapter",
+             "lm_eval"}
 REQUIRED_KINDS = ["flip_label", "nudge_score", "drop_record", "duplicate_record", "swap_idx", "change_prediction",
                   "change_token_count", "edit_summary_accuracy", "alter_prompt_hash", "alter_private_sentence",
                   "delete_stages", "move_record_lines", "swap_score_lists"]
@@ -89,25 +94,37 @@ def _imported_roots(tree):
     return roots, dynamic
 
 
-def test_audit_imports_nothing_from_the_repository_or_lm_eval():
-    tree = ast.parse(AUDIT.read_text())
-    roots, dynamic = _imported_roots(tree)
+def test_audit_package_is_scanned_whole():
+    names = {p.relative_to(conftest.REPO).as_posix() for p in AUDIT_SOURCES}
+    assert {"audit.py", "evidence_audit/cli.py", "evidence_audit/rules/protocol.py"} <= names
+    assert len(AUDIT.read_text().splitlines()) < 100
+
+
+@pytest.mark.parametrize("path", AUDIT_SOURCES, ids=lambda p: p.relative_to(conftest.REPO).as_posix())
+def test_audit_imports_nothing_from_the_repository_or_lm_eval(path):
+    roots, dynamic = _imported_roots(ast.parse(path.read_text()))
+    # absolute imports only, so that every import names its root: "." could hide anything
     bad = [(r, n.lineno) for r, n in roots if r in FORBIDDEN or r == "."]
-    assert not bad, f"audit.py imports repository/lm_eval modules: {bad}"
+    assert not bad, f"{path.name} imports repository/lm_eval modules: {bad}"
     # no dynamic imports at all: a string naming a forbidden module could hide in any of them
-    assert not dynamic, f"audit.py makes dynamic imports: {dynamic}"
+    assert not dynamic, f"{path.name} makes dynamic imports: {dynamic}"
 
 
-def test_default_level_imports_only_the_standard_library():
-    tree = ast.parse(AUDIT.read_text())
+@pytest.mark.parametrize("path", AUDIT_SOURCES, ids=lambda p: p.relative_to(conftest.REPO).as_posix())
+def test_default_level_imports_only_the_standard_library(path):
+    """Module-level imports are the standard library or the package itself; torch, tokenizers, safetensors,
+    pyarrow and jinja2 are imported inside the deeper levels only."""
+    tree = ast.parse(path.read_text())
     top = [a.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for a in node.names]
     top += [node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom)]
-    assert set(top) <= set(sys.stdlib_module_names), f"module-level non-stdlib imports: {set(top) - set(sys.stdlib_module_names)}"
+    extra = set(top) - set(sys.stdlib_module_names) - {"evidence_audit"}
+    assert not extra, f"{path.name}: module-level non-stdlib imports: {extra}"
 
 
 BLOCKER = r"""
 import importlib.abc, runpy, sys
-BLOCK = {"run", "experiments", "resources", "config", "adapter", "lm_eval"}
+BLOCK = {"run", "experiments", "harness", "report", "bench", "prepare", "resources", "config", "adapter",
+         "lm_eval"}
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCK:
@@ -120,6 +137,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_audit_runs_with_repository_modules_unimportable(evidence):
     # --strict: a level skipped because an import failed inside it would exit 1 instead of passing quietly
     proc = run_cli("-c", BLOCKER, AUDIT, evidence, "--tokens", "--forward", "--strict", timeout=900)
@@ -130,6 +148,7 @@ def test_audit_runs_with_repository_modules_unimportable(evidence):
 
 # ---- levels on clean evidence -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_arithmetic_level_passes_on_clean_evidence(evidence):
     proc = audit(evidence)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -146,6 +165,7 @@ def test_arithmetic_level_passes_on_clean_evidence(evidence):
     assert "RESULT: PASS" in proc.stdout and "item selection" in proc.stdout
 
 
+@pytest.mark.slow
 def test_tokens_level_passes_on_clean_evidence(evidence):
     proc = audit(evidence, "--tokens", "--strict")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -154,6 +174,7 @@ def test_tokens_level_passes_on_clean_evidence(evidence):
     assert all(c["status"] == "PASS" and c["items"] == 2 for c in ident), ident
 
 
+@pytest.mark.slow
 def test_forward_level_passes_and_reports_its_max_abs_diff(evidence):
     proc = audit(evidence, "--forward", "--strict")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -165,6 +186,7 @@ def test_forward_level_passes_and_reports_its_max_abs_diff(evidence):
     assert "max |recomputed - official|" in proc.stdout
 
 
+@pytest.mark.slow
 def test_missing_private_file_skips_identity_checks_and_names_it(evidence):
     shutil.rmtree(evidence / "private")
     proc = audit(evidence, "--tokens")
@@ -189,6 +211,7 @@ def mutation_run(smoke_evidence, tmp_path_factory):
     return proc, json.loads((out / "audit.mutations.json").read_text())
 
 
+@pytest.mark.slow
 def test_mutation_selftest_passes_and_clean_copy_passes(mutation_run):
     proc, rep = mutation_run
     assert rep["clean"]["passed"], rep["clean"]
@@ -197,6 +220,7 @@ def test_mutation_selftest_passes_and_clean_copy_passes(mutation_run):
     assert "audit levels used for every copy: arithmetic, identity, forward" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", REQUIRED_KINDS + EXTRA_KINDS)
 def test_each_mutation_is_caught_by_its_check(mutation_run, kind):
     _, rep = mutation_run
@@ -237,6 +261,7 @@ TAMPERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("field", list(TAMPERS))
 def test_hand_tamper_exits_1_naming_the_field(evidence, field):
     TAMPERS[field](evidence)
@@ -247,6 +272,7 @@ def test_hand_tamper_exits_1_naming_the_field(evidence, field):
     assert "RESULT: FAIL" in proc.stdout
 
 
+@pytest.mark.slow
 def test_n_rows_that_keeps_the_selection_is_caught_by_the_data_check(evidence):
     # one more row does not change which idx rank first here, so only the data parquet can tell
     edit_json(evidence / "protocol/config.json", lambda c: c.update(n_rows=c["n_rows"] + 1))
@@ -255,6 +281,7 @@ def test_n_rows_that_keeps_the_selection_is_caught_by_the_data_check(evidence):
     assert proc.returncode == 1 and "config.json n_rows" in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow
 def test_tie_rule_and_majority_tie_recomputed(evidence):
     """Equal scores predict the first candidate; equal label counts make the lower label the constant class."""
     recs = [json.loads(line) for line in (evidence / "protocol/records.jsonl").read_text().splitlines()]
@@ -286,6 +313,7 @@ def test_tie_rule_and_majority_tie_recomputed(evidence):
     assert audit(evidence).returncode == 1
 
 
+@pytest.mark.slow
 def test_experiment_without_a_rule_is_reported_not_ignored(evidence):
     (evidence / "newstudy").mkdir()
     (evidence / "newstudy" / "summary.json").write_text("{}")
@@ -301,6 +329,7 @@ def test_missing_evidence_directory_exits_2(tmp_path):
     assert proc.returncode == 2 and "nothing-here" in proc.stderr
 
 
+@pytest.mark.slow
 def test_unparseable_json_exits_2_naming_file_and_line(evidence):
     (evidence / "protocol" / "summary.json").write_text('{\n "a": 1,\n')
     proc = audit(evidence)
@@ -308,6 +337,7 @@ def test_unparseable_json_exits_2_naming_file_and_line(evidence):
     assert "summary.json" in proc.stderr and "line" in proc.stderr
 
 
+@pytest.mark.slow
 def test_unparseable_record_line_exits_2_naming_the_line(evidence):
     p = evidence / "protocol" / "records.jsonl"
     lines = p.read_text().splitlines()
@@ -316,3 +346,258 @@ def test_unparseable_record_line_exits_2_naming_the_line(evidence):
     proc = audit(evidence)
     assert proc.returncode == 2
     assert "records.jsonl: line 2" in proc.stderr
+
+
+# ---- unit tests of the package (fast: no model, no run.py) --------------------------------------------------------
+
+import io  # noqa: E402
+
+from evidence_audit import checks as audit_checks  # noqa: E402
+from evidence_audit import definitions, driver, reading, shared  # noqa: E402
+from evidence_audit.rules import harness as harness_rule  # noqa: E402
+
+
+@pytest.mark.parametrize("prediction, reference", [
+    ("The cat sat on the mat.", "the cat sat on the mat"),
+    ("the cat was found under the bed", "the cat was under the bed"),
+    ("Hello, world! It's 2024-01-02.", "hello world its 2024 01 02"),
+    ("café au lait", "cafe au lait"),
+    ("x", "y z"),
+    ("...", "something"),
+    ("", "anything"),
+    ("police killed the gunman", "the gunman killed police"),
+])
+def test_rouge_l_is_rouge_scores_definition(prediction, reference):
+    from rouge_score import rouge_scorer
+    want = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False).score(reference, prediction)["rougeL"].fmeasure
+    assert harness_rule.h_rouge_l(prediction, reference) == pytest.approx(want, abs=1e-12)
+
+
+def test_rouge_l_ignores_case_and_punctuation():
+    assert harness_rule.h_rouge_l("The cat sat on the mat.", "the cat sat on the mat") == 1.0
+
+
+def _report(names, status="PASS"):
+    rows = [{"experiment": "protocol", "level": "arithmetic", "check": n, "items": 2, "status": status,
+             "n_failures": 0, "first_failure": None, "failures": [], "note": ""} for n in names]
+    return {"evidence": "O", "levels": ["arithmetic"], "checks": rows, "n_pass": len(rows), "n_fail": 0,
+            "n_skipped": 0, "n_skipped_requested": 0, "exit_code": 0}
+
+
+def test_report_table_cuts_long_check_names_with_an_ellipsis():
+    long_name = "config consistency (conditions, pi, comparisons, tie rule, selection, official task, identity)"
+    out = io.StringIO()
+    audit_checks.print_report(_report(["required files", long_name]), out)
+    lines = out.getvalue().splitlines()
+    short_line, long_line = lines[2], lines[3]
+    assert "…" not in short_line and "required files" in short_line
+    cut = long_name[:audit_checks.CHECK_WIDTH - 1] + "…"
+    assert cut in long_line and long_name not in long_line
+    assert short_line.index("PASS") == long_line.index("PASS")      # the columns stay aligned
+
+
+def test_short_marks_every_cut_with_an_ellipsis():
+    assert audit_checks.short("abc") == "'abc'"
+    s = audit_checks.short("x" * 200, 20)
+    assert len(s) == 20 and s.endswith("…")
+
+
+def test_read_jsonl_is_strict_and_keeps_unicode_line_separators(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text('{"a": "x\u2028y"}\n{"b": 2}\n', encoding="utf-8")
+    assert reading.read_jsonl(p) == [{"a": "x\u2028y"}, {"b": 2}]
+    p.write_text('{"a": 1}\n{"b": \n', encoding="utf-8")
+    with pytest.raises(reading.Unreadable, match="r.jsonl: line 2"):
+        reading.read_jsonl(p)
+    p.write_bytes(b'{"a": "\xff"}\n')
+    with pytest.raises(reading.Unreadable, match="not UTF-8"):
+        reading.read_jsonl(p)
+
+
+def test_selection_rule_and_rank_order():
+    want, why = definitions.select_items("smoke", "salt", 50, 10, 20, 3)
+    dev, _ = definitions.select_items("dev", "salt", 50, 10, 20, 3)
+    confirm, _ = definitions.select_items("confirm", "salt", 50, 10, 20, 3)
+    assert why is None and want == dev[:3] and not set(dev) & set(confirm) and len(confirm) == 20
+    assert definitions.select_items("confirm", "salt", 25, 10, 20, 3)[0] is None
+    assert shared.rank_order_problems(want, want, "s") == []
+    swapped = [want[1], want[0], want[2]]
+    assert any("at rank 0" in p for p in shared.rank_order_problems(swapped, want, "s"))
+    assert any("appears 2 times" in p for p in shared.rank_order_problems(want + want[:1], want, "s"))
+
+
+def test_mcnemar_exact():
+    assert definitions.mcnemar_exact(0, 0) == 1.0
+    assert definitions.mcnemar_exact(0, 5) == pytest.approx(2 / 32)
+    assert definitions.mcnemar_exact(3, 3) == 1.0
+    assert definitions.mcnemar_exact(1, 9) == pytest.approx(2 * 11 / 1024)
+
+
+def _stages(*rows, total=10.0):
+    return {"stages": [{"name": n, "wall_s": w, "peak_rss_bytes_at_end": rss} for n, w, rss in rows],
+            "threads": 1, "total_wall_s": total}
+
+
+def test_stage_times_accept_old_and_new_evidence():
+    old = _stages(("imports", 4.0, None), ("load", 2.0, 100), ("score", 3.0, 200), total=9.5)   # process time so far
+    new_first = _stages(("imports", 4.0, None), ("load", 2.0, 100), ("score", 3.0, 200), total=5.0)
+    new_later = _stages(("load", 2.0, 100), ("score", 3.0, 200), total=5.005)    # rounding slack
+    for st in (old, new_first, new_later):
+        assert shared.stage_time_problems(st) == [], st
+
+
+@pytest.mark.parametrize("stages, needle", [
+    (_stages(("load", 2.0, 100), ("score", 3.0, 200), total=4.9), "add up to 5.0000 s"),
+    (_stages(("load", 2.0, 100), ("imports", 1.0, None), total=9.0), "'imports' row can only come first"),
+    (_stages(("load", -1.0, 100), total=9.0), "malformed stage"),
+    (_stages(("load", 1.0, 200), ("score", 1.0, 100), total=9.0), "non-decreasing"),
+    (_stages(("load", 1.0, 100), total=None), "total_wall_s"),
+    ({"stages": [], "total_wall_s": 1.0}, "missing or empty"),
+])
+def test_stage_times_name_what_is_wrong(stages, needle):
+    problems = shared.stage_time_problems(stages)
+    assert problems and any(needle in p for p in problems), problems
+
+
+def _identity(conf, **extra):
+    sha = reading.sha256_text(json.dumps(conf, sort_keys=True))
+    return {"scoring_config": conf, "scoring_config_sha256": sha, "model_sha256": "m", "tokenizer_sha256": "t",
+            "data_content_sha256": "d", "official_config_sha256": reading.sha256_text(json.dumps(None)),
+            "prompt_template_sha256": "p", "git_commit": "c", "git_dirty": False, "code_sha256": "h",
+            "versions": {"torch": "1"}, **extra}
+
+
+CFG = {"experiment": "harness", "config": {"model": "m1", "threads": 1},
+       "model": {"id": "m1", "model_sha256": "m", "tokenizer_sha256": "t"}, "data_content_sha256": "d"}
+
+
+@pytest.mark.parametrize("sections, ok", [(None, True), (["shared", "harness"], True),
+                                          (["harness"], False), (["shared", "protocol"], False),
+                                          (["shared", "harness", "harness"], False), ("shared", False)])
+def test_identity_accepts_config_sections_of_this_experiment(sections, ok):
+    ident = _identity(CFG["config"]) if sections is None else _identity(CFG["config"], config_sections=sections)
+    bad = []
+    shared.identity_problems(bad, "harness", CFG, ident, prompt_template_sha256="p")
+    assert (bad == []) == ok, bad
+
+
+def test_identity_fails_a_field_with_no_rule_and_a_changed_config():
+    bad = []
+    shared.identity_problems(bad, "harness", CFG, _identity({"model": "m1", "threads": 2}, extra_claim=1))
+    assert any("extra_claim: a field audit.py has no rule for" in p for p in bad), bad
+    assert any("scoring_config:" in p for p in bad), bad
+
+
+def test_environment_check_compares_the_code_facts_with_identity():
+    env = {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {"torch": "1"}}
+    C = audit_checks.Checks()
+    shared.environment_check(C, "x", {"environment": env, "identity": _identity({})})
+    shared.environment_check(C, "x", {"environment": dict(env, code_sha256="other"), "identity": _identity({})})
+    shared.environment_check(C, "x", {"environment": None, "identity": _identity({})})
+    assert [r["status"] for r in C.rows] == ["PASS", "FAIL", "SKIPPED"]
+    assert "identity.json code_sha256" in C.rows[1]["first_failure"]
+
+
+def test_record_shape_names_record_and_field():
+    shape = shared.RecordShape(fields={"idx": definitions.is_int, "candidates": lambda v: isinstance(v, list),
+                                       "official": lambda v: isinstance(v, dict)},
+                               nested={"official": {"scores": None, "pred": definitions.is_int}},
+                               candidates=shared.CANDIDATE_FIELDS, per_candidate_numbers=("official.scores",))
+    good = {"idx": 1, "candidates": [{"text": " a", "start": 3, "token_ids": [5]}],
+            "official": {"scores": [-1.0], "pred": 0}}
+    assert shared.record_problems(good, "idx 1", shape, 1) == []
+    bad = dict(good, extra=1, official={"scores": [-1.0, 2.0], "pred": "0"})
+    problems = shared.record_problems(bad, "idx 1", shape, 1)
+    assert "idx 1 extra: a field audit.py has no rule for" in problems
+    assert any(p.startswith("idx 1 official.pred: wrong type") for p in problems), problems
+    problems = shared.record_problems(dict(good, official={"scores": [-1.0, 2.0], "pred": 0}), "idx 1", shape, 1)
+    assert any(p.startswith("idx 1 official.scores: expected 1 numbers") for p in problems), problems
+
+
+# -- the harness rule on a tiny synthetic evidence directory: every shared group runs for it too --
+
+def _write(path, obj):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1, sort_keys=True) if not isinstance(obj, str) else obj)
+
+
+def tiny_harness_evidence(out):
+    """One exact_match task with two examples, scored right and wrong, as run.py --experiment harness writes it."""
+    task_text = "".join(json.dumps({"id": i, "prompt": f"Q{i}", "targets": [t], "metric": "exact_match"}) + "\n"
+                        for i, t in (("a", "4"), ("b", "5")))
+    task_sha = reading.sha256_text(task_text)
+    conf = {"model": "m1", "threads": 1, "harness_smoke_examples": 2}
+    cfg = {"experiment": "harness", "split": "smoke", "config": conf, "settings": {"max_new_tokens": 8},
+           "model": {"id": "m1", "model_sha256": "m", "tokenizer_sha256": "t"}, "prompt_rule": "chat",
+           "chat_template_sha256": "0" * 64,
+           "tasks": {"arith": {"sha256": task_sha, "metric": "exact_match", "n_in_file": 2, "n_scored": 2,
+                               "ids": ["a", "b"]}}}
+    preds = {"a": "4", "b": "6"}
+    records = [{"task": "arith", "id": i, "prompt_sha256": reading.sha256_text(f"Q{i}"),
+                "prediction_sha256": reading.sha256_text(preds[i]), "score": float(i == "a"), "timed_out": False,
+                "latency_s": 0.5} for i in ("a", "b")]
+    task = {"score": 0.5, "correct": 1, "total": 2, "timeouts": 0, "latency_s": 1.0, "latency_s_mean": 0.5,
+            "metric": "exact_match", "sha256": task_sha, "n_examples_in_file": 2}
+    board = {"schema": harness_rule.H_SCHEMA, "tasks": {"arith": task}, "overall": 0.5, "settings": cfg["settings"]}
+    summary = {"split": "smoke", "n_examples": 2, "leaderboard": board, "tasks_are_shipped_fixtures": {"arith": False}}
+    env = {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {"torch": "1"}}
+    ident = dict(_identity(conf), config_sections=["shared", "harness"])
+    stages = _stages(("load_model", 1.0, 100), ("generate_and_score", 2.0, 200), total=3.5)
+    stages["threads"], stages["tokens"] = 1, {"calls": 2, "prompt": 10, "generated": 2}
+    for rel, obj in (("environment.json", env), ("harness/config.json", cfg), ("harness/identity.json", ident),
+                     ("harness/summary.json", summary), ("harness/stages.json", stages)):
+        _write(out / rel, obj)
+    _write(out / "harness/records.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    private_board = dict(board, per_example=[{"task": "arith", "id": i, "prediction": preds[i],
+                                              "score": float(i == "a")} for i in ("a", "b")])
+    _write(out / "private/harness/leaderboard.json", private_board)
+    _write(out / "private/harness/tasks/arith.jsonl", task_text)
+    return out
+
+
+def test_harness_rule_runs_every_shared_group(tmp_path):
+    out = tiny_harness_evidence(tmp_path / "O")
+    rep = driver.audit(out, ("arithmetic", "identity"))
+    rows = {r["check"]: r for r in rep["checks"] if r["experiment"] == "harness"}
+    assert rep["exit_code"] == 0, [r for r in rep["checks"] if r["status"] == "FAIL"]
+    for prefix in ("required files", "config consistency", "environment.json consistency", "record schema",
+                   "stages.json", "example selection", "task and overall scores", "private task files",
+                   "example scores from predictions"):
+        assert any(n.startswith(prefix) and r["status"] == "PASS" for n, r in rows.items()), (prefix, rows)
+    assert rows["required files"]["items"] == 6      # O/environment.json is required for the harness too
+
+
+@pytest.mark.parametrize("tamper, needle", [
+    (lambda o: _edit(o / "harness/identity.json", lambda i: i.update(model_sha256="x")), "identity.json model_sha256"),
+    (lambda o: _edit(o / "environment.json", lambda e: e.update(git_commit="d")), "identity.json git_commit"),
+    (lambda o: _edit(o / "harness/stages.json", lambda s: s.update(total_wall_s=1.0)), "stages.json total_wall_s"),
+    (lambda o: _edit(o / "harness/stages.json", lambda s: s.update(threads=4)), "stages.json threads"),
+    (lambda o: (o / "environment.json").unlink(), "harness/../environment.json: missing"),
+])
+def test_harness_rule_catches_identity_environment_and_stages_tampers(tmp_path, tamper, needle):
+    out = tiny_harness_evidence(tmp_path / "O")
+    tamper(out)
+    rep = driver.audit(out)
+    failures = [f for r in rep["checks"] if r["status"] == "FAIL" for f in r["failures"]]
+    assert rep["exit_code"] == 1 and any(needle in f for f in failures), failures
+
+
+def _edit(path, fn):
+    obj = json.loads(path.read_text())
+    fn(obj)
+    path.write_text(json.dumps(obj))
+
+
+@pytest.mark.slow
+def test_every_experiment_of_a_smoke_run_passes_every_shared_group(smoke_run, tmp_path):
+    """The README's main job (run.py --smoke, all experiments), audited at the identity level: every experiment,
+    the harness included, has the shared rows, and every claim recomputes."""
+    out = tmp_path / "O"
+    shutil.copytree(smoke_run[0], out)
+    proc = audit(out, "--tokens")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = checks(out)
+    for exp in ("protocol", "options", "extraction", "mctaco", "harness"):
+        names = [c["check"] for c in rows if c["experiment"] == exp and c["status"] == "PASS"]
+        for prefix in ("required files", "config consistency", "environment.json consistency", "stages.json"):
+            assert any(n.startswith(prefix) for n in names), (exp, prefix, names)

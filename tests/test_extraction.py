@@ -7,17 +7,20 @@ import random
 import re
 import shutil
 import sys
-import types
 
 import pytest
 
-import audit
-from config import CONFIG
+import config
 from conftest import run_cli
+from evidence_audit.checks import first_failure
+from evidence_audit.driver import audit
+from evidence_audit.rules import extraction as audit_ext
 from experiments import extraction_scorers as S
 from experiments import scoring, selection
 from experiments.extraction_sample import choose_audit_sample, class_weights
+from experiments.scoring import sha256_text
 
+CONFIG = config.effective(("shared", "extraction"))    # experiments.extraction.CONFIG_SECTIONS
 LABELS = CONFIG["extraction_labels"]
 
 
@@ -67,7 +70,7 @@ def test_strict(text, label, reason):
     sc = S.strict_scores(text, label)
     assert sc == {"reason": reason, "format_ok": int(reason in (None, "wrong_label")), "correct": int(reason is None)}
     # audit.py's own re-implementation says the same
-    assert audit.ext_strict_reason(text, label, LABELS) == reason
+    assert audit_ext.ext_strict_reason(text, label, LABELS) == reason
 
 
 # ---- regex ---------------------------------------------------------------------------------------------------------
@@ -133,7 +136,7 @@ def test_official_and_independent_regex_agree_on_generated_strings():
     assert official == independent
     # audit.py's third implementation (Python re) agrees too, on the extraction and the match count
     for t, o in zip(texts, official):
-        a = audit.ext_scores_from_text(t, "positive", "eos", LABELS, CONFIG["extraction_regex_fallback"])
+        a = audit_ext.ext_scores_from_text(t, "positive", "eos", LABELS, CONFIG["extraction_regex_fallback"])
         assert a["regex"]["official"] == o and a["regex"]["n_matches"] == len(S.regex_matches(t))
     assert sum(o != "[invalid]" for o in official) > 100 and official.count("[invalid]") > 50
 
@@ -150,20 +153,22 @@ def test_audit_sample_depends_only_on_idx_labels_salt():
     assert s == choose_audit_sample(list(reversed(pairs)), "salt-a", 8)        # input order does not matter
     assert s != choose_audit_sample(pairs, "salt-b", 8)
     for c in (0, 1):
-        ranked = sorted((i for i in idx if labels[i] == c), key=lambda i: audit.sha256_text(f"salt-a:{i}"))
+        ranked = sorted((i for i in idx if labels[i] == c), key=lambda i: sha256_text(f"salt-a:{i}"))
         assert [x["idx"] for x in s if x["label"] == c] == ranked[:8]
     assert [{k: x[k] for k in ("position", "idx", "label", "rank_key")} for x in s] == \
-        audit.ext_sample(pairs, "salt-a", 8)                                    # audit.py's own code agrees
+        audit_ext.ext_sample(pairs, "salt-a", 8)                                    # audit.py's own code agrees
     w = class_weights(pairs, s)
     n0 = sum(1 for i in idx if labels[i] == 0)
     assert w["0"] == {"population": n0, "sampled": 8, "weight": f"{n0}/8", "weight_float": n0 / 8}
 
 
+@pytest.mark.slow
 def test_audit_sample_is_written_before_the_tokenizer_or_model_is_loaded(prepared_cache, model_dir, tmp_path,
                                                                           monkeypatch):
     """Run the experiment with a loader that stops it: the sample file must already exist at that point."""
     import adapter
     from experiments import extraction
+    from experiments.context import Context, Inputs, Options
     from experiments.evidence import Stages
 
     class Stop(Exception):
@@ -177,17 +182,19 @@ def test_audit_sample_is_written_before_the_tokenizer_or_model_is_loaded(prepare
 
     monkeypatch.setattr(adapter, "load_tokenizer", stop)
     monkeypatch.setattr(adapter, "load_model", stop)
-    ctx = {"args": types.SimpleNamespace(out=str(tmp_path)), "config": dict(CONFIG), "split": "dev",
-           "stages": Stages(), "model_dir": model_dir,
-           "parquet_path": prepared_cache / "data" / "fixture-sentiment" / "validation.parquet",
-           "data_id": "fixture-sentiment", "data_content_sha256": "x" * 64, "model_identity": {}}
+    inputs = Inputs(cache=prepared_cache, model_dir=model_dir, model_identity={}, data_id="fixture-sentiment",
+                    parquet_path=prepared_cache / "data" / "fixture-sentiment" / "validation.parquet",
+                    data_content_sha256="x" * 64)
+    ctx = Context(name="extraction", split="dev", config=config.effective(extraction.CONFIG_SECTIONS),
+                  inputs=inputs, options=Options(out=tmp_path), stages=Stages())
     with pytest.raises(Stop):
         extraction.run(ctx)
     prereg = json.loads(seen["prereg"])
     assert len(prereg["items"]) == 16 and prereg["salt"] == CONFIG["extraction_audit_salt"]
-    assert [s["name"] for s in ctx["stages"].stages] == ["selection", "audit_sample_preregistration"]
+    assert [s["name"] for s in ctx.stages.stages] == ["selection", "audit_sample_preregistration"]
 
 
+@pytest.mark.slow
 def test_input_over_the_limit_is_an_error(model_dir):
     from adapter import load_tokenizer
     from experiments.extraction import build_items
@@ -195,7 +202,7 @@ def test_input_over_the_limit_is_an_error(model_dir):
     tok = load_tokenizer(model_dir)
     rows = [{"idx": 0, "label": 1, "sentence": "word " * 600}]
     with pytest.raises(scoring.ScoringError, match="over the limit of 512"):
-        build_items(rows, [0], dict(CONFIG), tok)
+        build_items(rows, [0], CONFIG, tok)
 
 
 # ---- the real model: smoke and the 64 development items, generated once per session ------------------------------
@@ -231,7 +238,7 @@ def check_run(out, n):
     assert summ["n_items"] == n and summ["regex_agreement"] == {"n_items": n, "n_mismatches": 0}
     for r, g in zip(recs, gens):
         assert r["regex"]["official"] == r["regex"]["independent"]
-        assert r["generation_sha256"] == audit.sha256_text(g["generation"])
+        assert r["generation_sha256"] == sha256_text(g["generation"])
         assert g["prompt"].startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
         assert g["prompt"].endswith("<|im_start|>assistant\n") and g["user_message"] in g["prompt"]
         assert "<|im_start|>assistant" not in g["generation"]                     # only the new tokens
@@ -242,13 +249,14 @@ def check_run(out, n):
     names = [s["name"] for s in stages["stages"]]
     assert names.index("audit_sample_preregistration") < names.index("prompts") < names.index("model_load")
     assert (out / "extraction.preregistration.json").exists()
-    assert audit.sha256_text((out / "extraction.preregistration.json").read_text()) == \
+    assert sha256_text((out / "extraction.preregistration.json").read_text()) == \
         cfg["audit_sample"]["preregistration_sha256"] == summ["audit_sample"]["preregistration_sha256"]
     page = (out / "private" / "extraction" / "review.html").read_text()
     assert "review-data" in page and "http://" not in page and "https://" not in page
     return cfg, recs, summ, gens
 
 
+@pytest.mark.slow
 def test_smoke(extraction_smoke):
     out, proc = extraction_smoke
     cfg, recs, summ, _ = check_run(out, 2)
@@ -256,6 +264,7 @@ def test_smoke(extraction_smoke):
     assert summ["lm_eval_generate_until"]["ran"] is True
 
 
+@pytest.mark.slow
 def test_dev_64_items(extraction_dev):
     out, proc = extraction_dev
     cfg, recs, summ, gens = check_run(out, 64)
@@ -283,6 +292,7 @@ def test_dev_64_items(extraction_dev):
           f"{summ['match_failures']['all']}; lm-eval generate_until identical {g['n_identical']}/64")
 
 
+@pytest.mark.slow
 def test_audit_recomputes_dev_run(extraction_dev, prepared_cache):
     out, _ = extraction_dev
     proc = run_cli("audit.py", out, "--tokens", "--forward", "--cache", prepared_cache, "--experiment",
@@ -297,14 +307,15 @@ def test_audit_recomputes_dev_run(extraction_dev, prepared_cache):
     assert report["details"]["extraction"]["human_review"]["disagreement_rate"] is None
 
 
+@pytest.mark.slow
 def test_audit_public_records_only(extraction_dev, tmp_path):
     """Without the private generations the counts and paired tables still recompute; the text-level check is
     reported as SKIPPED, never as passed."""
     out, _ = extraction_dev
     pub = tmp_path / "public"
     shutil.copytree(out, pub, ignore=shutil.ignore_patterns("private", "audit*.json"))
-    report = audit.audit(pub, ("arithmetic",), None, ["extraction"])
-    assert report["exit_code"] == 0, audit.first_failure(report)
+    report = audit(pub, ("arithmetic",), None, ["extraction"])
+    assert report["exit_code"] == 0, first_failure(report)
     st = {c["check"].split(" (")[0]: c["status"] for c in report["checks"] if c["experiment"] == "extraction"}
     assert st["scores recomputed from the private generations"] == "SKIPPED"
     assert st["summary.json values"] == "PASS"
@@ -314,7 +325,7 @@ def tamper(out, tmp_path, fn):
     d = tmp_path / "copy"
     shutil.copytree(out, d, ignore=shutil.ignore_patterns("audit*.json"))
     fn(d)
-    report = audit.audit(d, ("arithmetic",), None, ["extraction"])
+    report = audit(d, ("arithmetic",), None, ["extraction"])
     shutil.rmtree(d)
     return report
 
@@ -349,7 +360,7 @@ def _consistent_score_lie(d):
     rows = [json.loads(l) for l in (d / "extraction" / "records.jsonl").read_text().splitlines()]
     old = json.loads((d / "extraction" / "summary.json").read_text())
     prereg = json.loads((d / "extraction.preregistration.json").read_text())
-    summ = audit.ext_expected_summary("extraction", "dev", rows, LABELS, True,
+    summ = audit_ext.ext_expected_summary("extraction", "dev", rows, LABELS, True,
                                       old["audit_sample"]["preregistration_sha256"], prereg["items"],
                                       old["human_review"]["note"])
     (d / "extraction" / "summary.json").write_text(json.dumps(summ, indent=1, sort_keys=True))
@@ -384,6 +395,7 @@ def _paired(d):
     ("claimed human figure", _claim_review, "summary.json"),
     ("paired table", _paired, "summary.json"),
 ])
+@pytest.mark.slow
 def test_audit_catches_tampering(extraction_dev, tmp_path, kind, fn, check):
     out, _ = extraction_dev
     report = tamper(out, tmp_path, fn)
@@ -408,6 +420,7 @@ def sheet_for(out, fill):
             "exported_at": "2026-10-10T10:00:00Z", "items": items}
 
 
+@pytest.mark.slow
 def test_review_cli_refuses_blank_sheet_and_computes_complete_one(extraction_dev, tmp_path):
     out, _ = extraction_dev
     blank = tmp_path / "blank.json"
@@ -448,6 +461,7 @@ def test_review_cli_refuses_blank_sheet_and_computes_complete_one(extraction_dev
     assert "regex extractor vs human: disagreement 2/16" in proc.stdout
 
 
+@pytest.mark.slow
 def test_tiny_model_generates_differently_but_the_sample_is_the_same(tiny_cache, extraction_dev, tmp_path):
     """Different generations (a random tiny model), the identical pre-registered sample."""
     out_real, _ = extraction_dev

@@ -7,12 +7,13 @@ import random
 import pytest
 import torch
 
-from config import CONFIG
+import config
 from conftest import run_cli
 from experiments import fast_scoring, scoring, selection
 from experiments.fast_scoring import TokenRequest, plan
-from experiments.protocol import build_items, load_rows
+from experiments.protocol import build_items
 
+CONFIG = config.effective(("shared", "protocol", "options"))   # the options prompt is used below too
 LIMIT = CONFIG["max_input_tokens"]
 
 
@@ -33,7 +34,7 @@ def tiny(tiny_cache):
 
 @pytest.fixture(scope="module")
 def dev_items(prepared_cache):
-    rows = load_rows(prepared_cache / "data" / "fixture-sentiment" / "validation.parquet")
+    rows = selection.load_rows(prepared_cache / "data" / "fixture-sentiment" / "validation.parquet")
     idx = selection.select("dev", CONFIG["selection_salt"], len(rows), CONFIG["n_dev"], CONFIG["n_confirm"],
                            CONFIG["n_smoke"])
     return build_items(rows, idx, CONFIG)
@@ -55,6 +56,7 @@ def agreement(ref, got):
 
 # ---- the real model ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_fast_agrees_with_parity_on_32_dev_items(real, dev_items):
     model, tok = real
     items = dev_items[:32]
@@ -70,6 +72,7 @@ def test_fast_agrees_with_parity_on_32_dev_items(real, dev_items):
         assert stats["sequences"] == 32 and stats["trunk_forward_passes"] >= 32 // bs
 
 
+@pytest.mark.slow
 def test_multi_token_candidates_and_shared_prefixes_agree_with_parity(real, dev_items):
     """Multi-token candidates (key/value continuation) and the options experiment's contexts grouped per item
     (base and list prompts share a prefix; text and letter candidate sets share a context) against parity."""
@@ -95,6 +98,7 @@ def test_multi_token_candidates_and_shared_prefixes_agree_with_parity(real, dev_
         assert stats["branch_forward_passes"] > 0
 
 
+@pytest.mark.slow
 def test_padding_lengths_differ_within_one_batch(real, dev_items):
     """Contexts of very different lengths in ONE right-padded forward pass score as they do alone."""
     model, tok = real
@@ -131,6 +135,7 @@ def test_padding_lengths_differ_within_one_batch(real, dev_items):
 
 # ---- the tiny model: many shapes, cheaply -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_random_mixtures_agree_with_parity_on_tiny_model(tiny):
     model, tok = tiny
     rng = random.Random(0)
@@ -199,6 +204,7 @@ def test_plan_refuses_empty_context_or_candidate():
 
 # ---- bench.py plumbing (tiny model; the figures are not asserted) --------------------------------------------
 
+@pytest.mark.slow
 def test_bench_runs_every_method_and_writes_bench_json(tiny_cache, tmp_path):
     out = tmp_path / "bench.json"
     proc = run_cli("bench.py", "--cache", tiny_cache, "--model", "tiny-random-llama", "--n", "4", "--out", out)

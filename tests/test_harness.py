@@ -1,15 +1,21 @@
-"""The mini harness: metrics, task loading, runner, leaderboard, diff, CLI, and the real SmolLM2 adapter."""
+"""The mini harness: metrics, task loading, runner, leaderboard, diff, CLI, its layering, the experiment's task
+directory, and (slow) the real SmolLM2 adapter, run.py --experiment harness and the audit of its evidence."""
+import ast
+import hashlib
 import json
 import random
 import shutil
 import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from conftest import run_cli
+from conftest import REPO, run_cli
 from harness import leaderboard, metrics, runner
 from harness.adapters import ToyAdapter, WrongAdapter
+from harness.hf_model import ModelUnavailable, verify_prepared_model
 from harness.tasks import FIXTURES, TaskFormatError, head, load_all_tasks, load_task, seed_fixture_tasks
 
 FAST_SANDBOX = {"cpu_s": 1, "wall_s": 4.0}
@@ -47,8 +53,35 @@ def test_rouge_l_hand_cases():
     assert metrics.rouge_l("the cat sat on the mat", ["the cat is on a mat"], {}) == pytest.approx(4 / 6)
     # P = 2/2, R = 2/4 -> F1 = 2/3
     assert metrics.rouge_l("The CAT", ["the cat sat down"], {}) == pytest.approx(2 / 3)
-    assert metrics.rouge_l("mat.", ["mat"], {}) == 0.0  # punctuation stays on the token
+    assert metrics.rouge_l("mat.", ["mat"], {}) == 1.0  # punctuation is a separator, as in rouge-score
+    assert metrics.rouge_l("The cat sat on the mat.", ["the cat sat on the mat"], {}) == 1.0  # was 0.8333
+    assert metrics.rouge_l("...", ["mat"], {}) == 0.0  # no token at all
+    assert metrics.rouge_tokens("Don't stop-believing, café 42%!") == ["don", "t", "stop", "believing", "caf", "42"]
     assert metrics.lcs_length(list("ABCBDAB"), list("BDCABA")) == 4
+
+
+def rouge_score_l(prediction, reference):
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False).score(reference, prediction)["rougeL"].fmeasure
+
+
+@pytest.mark.parametrize("prediction, reference", [
+    ("The cat sat on the mat.", "the cat sat on the mat"),
+    ("The town library will remain open until nine on weekdays.",
+     "The library stays open until 9 p.m. on weekdays, from next month."),
+    ("Don't stop-believing!", "dont stop believing"),
+    ("Café — naïve façade, déjà vu", "cafe naive facade deja vu"),
+    ("İstanbul is BIG; ıt is", "istanbul is big it is"),
+    ("tab\tand\nnewline  ", "tab and newline"),
+    ("42% of 1,000", "42 of 1000"),
+    ("ÄÖÜ only", "only"),
+    ("", "anything"),
+    ("!!! ???", "a b"),
+    ("x-y_z", "x y z"),
+])
+def test_rouge_l_equals_rouge_score(prediction, reference):
+    assert metrics.rouge_l(prediction, [reference], {}) == rouge_score_l(prediction, reference)
 
 
 def test_rouge_l_agrees_with_rouge_score_on_random_strings():
@@ -56,13 +89,14 @@ def test_rouge_l_agrees_with_rouge_score_on_random_strings():
 
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
     rng = random.Random(7)
-    vocab = ["a", "b", "c", "d", "e", "x1", "y2", "zz", "the", "cat", "9"]
+    vocab = ["a", "b", "c", "d", "e", "x1", "y2", "zz", "the", "cat", "9", "Cat.", "THE", "don't", "x-y", "café",
+             "!!", "\u0130", "a,b", "\u2014"]
     for _ in range(300):
         pred = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 12)))
         ref = " ".join(rng.choice(vocab) for _ in range(rng.randint(1, 12)))
         ours = metrics.rouge_l(pred, [ref], {})
         theirs = scorer.score(ref, pred)["rougeL"].fmeasure  # score(target, prediction)
-        assert ours == pytest.approx(theirs, abs=1e-12), (pred, ref)
+        assert ours == theirs, (pred, ref)
 
 
 def test_extract_code():
@@ -139,6 +173,13 @@ def test_empty_task_file_and_empty_dir(tmp_path):
     (tmp_path / "empty.jsonl").unlink()
     with pytest.raises(TaskFormatError, match="at least one \\*.jsonl task file"):
         load_all_tasks(tmp_path)
+
+
+def test_missing_tasks_dir_is_an_error_and_is_not_created(tmp_path):
+    with pytest.raises(TaskFormatError) as e:
+        load_all_tasks(tmp_path / "typo")
+    assert str(e.value) == f"{tmp_path / 'typo'}: expected a directory of *.jsonl task files, found no such directory"
+    assert not (tmp_path / "typo").exists()
 
 
 def test_seeding_only_when_absent(tmp_path):
@@ -249,12 +290,13 @@ def test_adapter_returning_wrong_count_is_an_error(fixture_tasks):
 
 # ---- diff and CLI ------------------------------------------------------------------------------------------------
 def test_cli_run_and_diff(tmp_path):
-    out_toy, out_wrong = tmp_path / "toy.json", tmp_path / "wrong.json"
-    p = run_cli("-m", "harness", "run", "--adapter", "toy", "--out", out_toy, "--include-per-example")
+    out_toy, out_wrong, tasks_dir = tmp_path / "toy.json", tmp_path / "wrong.json", tmp_path / "harness_tasks"
+    p = run_cli("-m", "harness", "run", "--adapter", "toy", "--out", out_toy, "--include-per-example",
+                "--tasks-dir", tasks_dir, "--seed-fixtures")
     assert p.returncode == 0, p.stderr
-    assert "seeded the fixture tasks" in p.stdout and (tmp_path / "harness_tasks" / "code.jsonl").exists()
+    assert "seeded the fixture tasks" in p.stdout and (tasks_dir / "code.jsonl").exists()
     p = run_cli("-m", "harness", "run", "--adapter", "wrong", "--out", out_wrong, "--include-per-example",
-                "--batch-size", "3")
+                "--batch-size", "3", "--tasks-dir", tasks_dir)
     assert p.returncode == 0, p.stderr
     toy, wrong = json.loads(out_toy.read_text()), json.loads(out_wrong.read_text())
     assert toy["overall"] == 1.0 and wrong["overall"] == 0.0 and wrong["settings"]["batch_size"] == 3
@@ -267,11 +309,11 @@ def test_cli_run_and_diff(tmp_path):
     assert "0 task(s) moved" in same.stdout and "0 example(s) changed" in same.stdout
 
     # a changed task file: refused (exit 2) unless allowed
-    tasks_dir = tmp_path / "harness_tasks"
     (tasks_dir / "substring.jsonl").write_text(
         (tasks_dir / "substring.jsonl").read_text().replace("'stone'", "'stones'").replace('"enots"', '"senots"'))
     out_changed = tmp_path / "changed.json"
-    assert run_cli("-m", "harness", "run", "--adapter", "toy", "--out", out_changed).returncode == 0
+    assert run_cli("-m", "harness", "run", "--adapter", "toy", "--out", out_changed, "--tasks-dir",
+                   tasks_dir).returncode == 0
     refused = run_cli("-m", "harness", "diff", out_toy, out_changed)
     assert refused.returncode == 2 and "refusing to compare: task files differ: substring (A " in refused.stderr
     allowed = run_cli("-m", "harness", "diff", out_toy, out_changed, "--allow-different-tasks")
@@ -287,6 +329,31 @@ def test_cli_malformed_task_exits_2(tmp_path):
     assert p.returncode == 2 and f"{d / 'bad.jsonl'}:2: expected one JSON object per line" in p.stderr, p.stderr
 
 
+def test_cli_refuses_a_missing_tasks_dir_and_creates_nothing(tmp_path):
+    typo = tmp_path / "harness_taks"
+    p = run_cli("-m", "harness", "run", "--adapter", "toy", "--tasks-dir", typo, "--out", tmp_path / "x.json")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr == f"error: {typo}: expected a directory of *.jsonl task files, found no such directory\n"
+    assert list(tmp_path.iterdir()) == []  # no tasks directory, no seeded fixtures, no leaderboard
+
+
+def test_cli_without_tasks_dir_reads_the_fixtures_in_place(tmp_path):
+    out = tmp_path / "sub" / "toy.json"
+    p = run_cli("-m", "harness", "run", "--adapter", "toy", "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert "seeded" not in p.stdout and list(tmp_path.rglob("*")) == [out.parent, out]
+    board = json.loads(out.read_text())
+    assert board["overall"] == 1.0
+    assert {n: t["sha256"] for n, t in board["tasks"].items()} == \
+        {p.stem: hashlib.sha256(p.read_bytes()).hexdigest() for p in FIXTURES.glob("*.jsonl")}
+
+
+def test_cli_seed_fixtures_needs_a_tasks_dir(tmp_path):
+    p = run_cli("-m", "harness", "run", "--adapter", "toy", "--seed-fixtures", "--out", tmp_path / "x.json")
+    assert p.returncode == 2 and "--seed-fixtures needs --tasks-dir" in p.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_diff_refuses_unknown_schema(tmp_path):
     a = tmp_path / "a.json"
     a.write_text(json.dumps({"schema": "something-else"}))
@@ -294,17 +361,182 @@ def test_diff_refuses_unknown_schema(tmp_path):
     assert p.returncode == 2 and "expected schema 'harness-leaderboard/v1'" in p.stderr
 
 
+# ---- layering: harness/ imports nothing from the repository around it --------------------------------------------
+REPOSITORY_MODULES = {"config", "resources", "adapter", "experiments", "run", "report", "bench", "audit",
+                      "evidence_audit", "prepare"}
+
+
+def imported_top_modules(path):
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
+                "__import__", "import_module") and node.args and isinstance(node.args[0], ast.Constant):
+            names.add(str(node.args[0].value).split(".")[0])
+    return names
+
+
+def test_harness_imports_nothing_from_the_repository():
+    files = sorted((REPO / "harness").glob("*.py"))
+    assert len(files) >= 10
+    offending = {f.name: sorted(imported_top_modules(f) & REPOSITORY_MODULES) for f in files}
+    assert {k: v for k, v in offending.items() if v} == {}
+    assert "harness" in imported_top_modules(REPO / "harness" / "cli.py")  # the scan does see imports
+
+
+def test_cli_defaults_agree_with_config():
+    import config
+    from harness.cli import DEFAULTS
+    from harness.sandbox import DEFAULT_LIMITS
+
+    from experiments.harness import CONFIG_SECTIONS
+
+    flat = config.effective(CONFIG_SECTIONS)
+    assert DEFAULTS == {"model": flat["model"], "batch_size": flat["harness_batch_size"],
+                        "timeout_s": flat["harness_timeout_s"], "max_new_tokens": flat["harness_max_new_tokens"],
+                        "max_input_tokens": flat["max_input_tokens"], "dtype": flat["dtype"],
+                        "attn_implementation": flat["attn_implementation"], "threads": flat["threads"]}
+    assert DEFAULT_LIMITS == flat["harness_sandbox"]
+
+
+# ---- the CLI's model: a prepared cache, re-hashed ------------------------------------------------------------------
+def fake_cache(tmp_path, model_id="m"):
+    cache = tmp_path / "cache"
+    (cache / "models" / model_id).mkdir(parents=True)
+    weights = cache / "models" / model_id / "model.safetensors"
+    weights.write_bytes(b"weights")
+    (cache / "manifest.json").write_text(json.dumps({"resources": {model_id: {"kind": "model", "files": {
+        f"models/{model_id}/model.safetensors": {"sha256": hashlib.sha256(b"weights").hexdigest(), "size": 7}}}}}))
+    return cache, weights
+
+
+def test_verify_prepared_model(tmp_path):
+    cache, weights = fake_cache(tmp_path)
+    assert verify_prepared_model(cache, "m") == cache / "models" / "m"
+    with pytest.raises(ModelUnavailable, match="no prepared model 'other' listed"):
+        verify_prepared_model(cache, "other")
+    weights.write_bytes(b"weighty")
+    with pytest.raises(ModelUnavailable, match=f"^{weights}: missing or changed since prepare"):
+        verify_prepared_model(cache, "m")
+    weights.unlink()
+    with pytest.raises(ModelUnavailable, match=f"^{weights}: missing"):
+        verify_prepared_model(cache, "m")
+    with pytest.raises(ModelUnavailable, match="manifest.json: missing"):
+        verify_prepared_model(tmp_path, "m")
+
+
+def test_cli_smollm2_needs_a_cache(tmp_path):
+    p = run_cli("-m", "harness", "run", "--adapter", "smollm2", "--out", tmp_path / "x.json")
+    assert p.returncode == 2 and "--cache" in p.stderr
+
+
+def test_cli_smollm2_refuses_a_changed_model_file(tmp_path):
+    cache, weights = fake_cache(tmp_path)
+    weights.write_bytes(b"tampered")
+    p = run_cli("-m", "harness", "run", "--adapter", "smollm2", "--cache", cache, "--model", "m",
+                "--out", tmp_path / "x.json")
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {weights}: missing or changed since prepare")
+    assert len(p.stderr.splitlines()) == 1 and not (tmp_path / "x.json").exists()
+
+
+# ---- the experiment's tasks directory (experiments/harness.py) -----------------------------------------------------
+def experiment_ctx(out, tasks_dir=None, split="dev"):
+    return SimpleNamespace(config={"harness_tasks_dir": tasks_dir, "harness_smoke_examples": 1}, split=split,
+                           options=SimpleNamespace(out=Path(out)))
+
+
+def test_experiment_follows_the_context_contract():
+    import inspect
+
+    from experiments import harness as experiment
+    from experiments.context import Context, Result
+
+    assert experiment.NAME == "harness" and experiment.CONFIG_SECTIONS == ("shared", "harness")
+    signature = inspect.signature(experiment.run)
+    assert list(signature.parameters) == ["ctx"] and signature.parameters["ctx"].annotation is Context
+    assert signature.return_annotation is Result
+    source = (REPO / "experiments" / "harness.py").read_text()
+    assert "sys.exit" not in source and "fail(" not in source and 'ctx["' not in source
+
+
+def test_experiment_refuses_a_missing_configured_tasks_dir(tmp_path):
+    from experiments.harness import load_tasks
+    from resources import ResourceError
+
+    typo = tmp_path / "typo"
+    with pytest.raises(ResourceError, match=f"^{typo}: expected a directory of \\*.jsonl task files"):
+        load_tasks(experiment_ctx(tmp_path / "O", str(typo)))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_experiment_seeds_only_its_own_default_dir(tmp_path):
+    from experiments.harness import load_tasks
+
+    tasks_dir, seeded, tasks = load_tasks(experiment_ctx(tmp_path / "O", split="smoke"))
+    assert tasks_dir == tmp_path / "O" / ".harness_tasks" and seeded is True
+    assert sorted(tasks) == sorted(p.stem for p in FIXTURES.glob("*.jsonl"))
+    assert all(len(t.examples) == 1 for t in tasks.values())
+    assert load_tasks(experiment_ctx(tmp_path / "O"))[1] is False  # already has task files: not seeded again
+
+
+def test_experiment_data_label_names_the_tasks_and_creates_nothing(tmp_path):
+    from experiments.harness import data_label
+
+    fixtures = ", ".join(sorted(p.stem for p in FIXTURES.glob("*.jsonl")))
+    out = tmp_path / "O"
+    assert data_label(experiment_ctx(out)) == f"tasks {fixtures} (fixtures, to be seeded into {out / '.harness_tasks'})"
+    assert data_label(experiment_ctx(out, str(tmp_path / "typo"))) == f"tasks (none) ({tmp_path / 'typo'})"
+    assert list(tmp_path.iterdir()) == []
+    write(tmp_path, "mine", [GOOD])
+    assert data_label(experiment_ctx(out, str(tmp_path))) == f"tasks mine ({tmp_path})"
+
+
 # ---- the real model ----------------------------------------------------------------------------------------------
-def test_smollm2_adapter_generates_deterministically(model_dir):
-    from config import CONFIG
+@pytest.fixture(scope="module")
+def smollm2(model_dir):
+    """The prepared SmolLM2 loaded through the repository's adapter.py, as run.py --experiment harness does."""
+    import adapter
+    import config
+    from experiments.harness import CONFIG_SECTIONS
+
+    return adapter.load_model(model_dir, config.effective(CONFIG_SECTIONS)), adapter.load_tokenizer(model_dir)
+
+
+@pytest.mark.slow
+def test_smollm2_adapter_generates_deterministically(smollm2):
     from harness.adapters import SmolLM2Adapter
 
-    ad = SmolLM2Adapter(model_dir, dict(CONFIG, harness_max_new_tokens=8))
+    ad = SmolLM2Adapter(*smollm2, name="smollm2:test", max_new_tokens=8, max_input_tokens=512)
     prompts = ["What is 3 + 4? Reply with the number only.", "Which month comes right after March?"]
     a, b = ad.generate(prompts), ad.generate(prompts[::-1])
     assert a == b[::-1] and all(isinstance(r, str) and r for r in a)  # greedy, no cross-prompt effects
     assert ad.render("hi").endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     assert ad.tokens["calls"] == 4 and 0 < ad.tokens["generated"] <= 32
+    with pytest.raises(ValueError, match="exceeds max_input_tokens=8"):
+        SmolLM2Adapter(*smollm2, name="smollm2:test", max_new_tokens=8, max_input_tokens=8).generate(prompts)
+
+
+@pytest.mark.slow
+def test_cli_smollm2_loads_the_model_like_adapter_py(smollm2, prepared_cache, tmp_path):
+    """python -m harness loads the model with transformers itself (harness/hf_model.py); its greedy reply is the
+    one the adapter.py-loaded model gives."""
+    from harness.adapters import SmolLM2Adapter
+
+    prompt = "What is 3 + 4? Reply with the number only."
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "one.jsonl").write_text(json.dumps(
+        {"id": "a", "prompt": prompt, "targets": ["7"], "metric": "exact_match"}) + "\n")
+    out = tmp_path / "board.json"
+    p = run_cli("-m", "harness", "run", "--adapter", "smollm2", "--cache", prepared_cache, "--tasks-dir",
+                tmp_path / "tasks", "--out", out, "--max-new-tokens", "8", "--include-per-example")
+    assert p.returncode == 0, p.stderr
+    board = json.loads(out.read_text())
+    assert board["adapter"] == "smollm2:smollm2-135m-instruct-q4_1"
+    expected = SmolLM2Adapter(*smollm2, name="x", max_new_tokens=8, max_input_tokens=512).generate([prompt])
+    assert [e["prediction"] for e in board["per_example"]] == expected
 
 
 @pytest.fixture(scope="session")
@@ -315,6 +547,7 @@ def harness_smoke(prepared_cache, tmp_path_factory):
     return out, proc
 
 
+@pytest.mark.slow
 def test_run_py_harness_smoke(harness_smoke):
     out, proc = harness_smoke
     summary = json.loads((out / "harness" / "summary.json").read_text())
@@ -343,11 +576,6 @@ def test_run_py_harness_smoke(harness_smoke):
     assert (out / ".harness_tasks" / "code.jsonl").exists()  # seeded into the output on first run
 
 
-def test_cli_smollm2_needs_a_cache(tmp_path):
-    p = run_cli("-m", "harness", "run", "--adapter", "smollm2", "--out", tmp_path / "x.json")
-    assert p.returncode == 2 and "--cache" in p.stderr
-
-
 # ---- audit.py's harness rule ------------------------------------------------------------------------------------
 def audit(out):
     return run_cli("audit.py", out, "--tokens", "--experiment", "harness", "--report", out / "audit-test.json")
@@ -372,6 +600,7 @@ def edit_json(path, fn):
     path.write_text(json.dumps(obj))
 
 
+@pytest.mark.slow
 def test_audit_recomputes_the_harness_evidence(harness_smoke):
     out, _ = harness_smoke
     p = audit(out)
@@ -405,6 +634,7 @@ def _sandbox_outputs(d):
     edit_jsonl(d / "harness" / "records.jsonl", edit)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit, caught_by", [
     (lambda d: edit_jsonl(d / "harness" / "records.jsonl", _set_score), "arithmetic"),
     (_overall, "arithmetic task and overall scores"),

@@ -1,8 +1,11 @@
 """prepare.py's hub path, unchanged, against a loopback server that speaks the hub's endpoints (tests/hub_server.py).
 
-The served model is a tiny randomly initialised Llama with the real SmolLM2 tokenizer files and the served data
-is the sentiment fixture as a hub-style parquet, so the whole chain — prepare (pin, verify) -> run -> audit —
-runs for real in seconds. Only the network location is fake: huggingface_hub is pointed at it with HF_ENDPOINT.
+Only the network location is fake: huggingface_hub is pointed at the server with HF_ENDPOINT. The served data is
+the sentiment fixture as a hub-style parquet (and the MC-TACO fixture with ClassLabel columns). What is served as
+the model depends on the test: prepare.py never parses model files, so the tests of fetching, pinning, retrying
+and refusing serve stand-in bytes and run in seconds; the end-to-end test (marked slow) serves a tiny randomly
+initialised Llama with the real SmolLM2 tokenizer files, so the whole chain prepare (pin, verify) -> run -> audit
+runs for real.
 """
 import copy
 import hashlib
@@ -22,11 +25,56 @@ MODEL_ID, DATA_ID = "smollm2-135m-instruct", "glue-sst2"
 MODEL_REPO, DATA_REPO = "HuggingFaceTB/SmolLM2-135M-Instruct", "nyu-mll/glue"
 MODEL_COMMIT, DATA_COMMIT, OTHER_COMMIT = "1" * 40, "2" * 40, "3" * 40
 PARQUET = "sst2/validation-00000-of-00001.parquet"
+MCTACO_ID, MCTACO_REPO, MCTACO_COMMIT = "mc_taco", "CogComp/mc_taco", "4" * 40
+MCTACO_PARQUET = "data/validation-00000-of-00001.parquet"
+
+
+def mctaco_rows():
+    return resources.read_mctaco_tsv(REPO / "fixtures" / "mctaco_dev.tsv")
+
+
+def mctaco_hub_parquet():
+    """The MC-TACO fixture as the hub encodes it: label and category as ClassLabel ints, their names in the
+    file's `huggingface` schema metadata."""
+    rows, cats = mctaco_rows(), list(resources.MCTACO_CATEGORIES)
+    table = pa.table({"sentence": [r["sentence"] for r in rows], "question": [r["question"] for r in rows],
+                      "answer": [r["answer"] for r in rows], "label": pa.array([r["label"] for r in rows], pa.int64()),
+                      "category": pa.array([cats.index(r["category"]) for r in rows], pa.int64())})
+    features = {"label": {"_type": "ClassLabel", "names": list(resources.MCTACO_LABELS)},
+                "category": {"_type": "ClassLabel", "names": cats}}
+    table = table.replace_schema_metadata({b"huggingface": json.dumps({"info": {"features": features}}).encode()})
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def sst2_hub_parquet():
+    """The sentiment fixture as the hub stores SST-2: a parquet with columns sentence, label, idx."""
+    rows = resources.read_glue_tsv(REPO / "fixtures" / "sentiment_dev.tsv")
+    table = pa.table({"sentence": [r["sentence"] for r in rows], "label": pa.array([r["label"] for r in rows], pa.int64()),
+                      "idx": pa.array([r["idx"] for r in rows], pa.int32())})
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return {PARQUET: buf.getvalue()}, rows
 
 
 @pytest.fixture(scope="module")
-def served_files(model_dir, tmp_path_factory):
-    """Bytes of the tiny model repo and of the dataset parquet, made once."""
+def served_files():
+    """Stand-in model files (prepare.py copies and hashes them, never parses them) and the dataset parquet.
+    The LFS-sized ones (>= 1 KiB) are served with their sha256 as ETag, the small ones with a git blob id."""
+    model = {"config.json": b'{"model_type": "llama", "num_hidden_layers": 2}\n',
+             "generation_config.json": b'{"eos_token_id": 2}\n',
+             "model.safetensors": bytes(range(256)) * 16,
+             "special_tokens_map.json": b'{"eos_token": "<|im_end|>"}\n',
+             "tokenizer.json": b'{"model": {"type": "BPE"}}' + b" " * 2048 + b"\n",
+             "tokenizer_config.json": b'{"add_bos_token": false}\n'}
+    data, rows = sst2_hub_parquet()
+    return model, data, rows
+
+
+@pytest.fixture(scope="module")
+def served_real_files(model_dir, tmp_path_factory):
+    """A tiny randomly initialised Llama with the real SmolLM2 tokenizer files, and the dataset parquet."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -38,12 +86,8 @@ def served_files(model_dir, tmp_path_factory):
     model = {p.name: p.read_bytes() for p in d.iterdir()}
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
         model[name] = (model_dir / name).read_bytes()
-    rows = resources.read_glue_tsv(REPO / "fixtures" / "sentiment_dev.tsv")
-    table = pa.table({"sentence": [r["sentence"] for r in rows], "label": pa.array([r["label"] for r in rows], pa.int64()),
-                      "idx": pa.array([r["idx"] for r in rows], pa.int32())})
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return model, {PARQUET: buf.getvalue()}, rows
+    data, rows = sst2_hub_parquet()
+    return model, data, rows
 
 
 def make_lock(path, model_files, rows, pins=None):
@@ -59,12 +103,25 @@ def make_lock(path, model_files, rows, pins=None):
     return path
 
 
-@pytest.fixture
-def hub(served_files):
-    model, data, rows = served_files
+def serve(files):
+    model, data, _ = files
     state = HubState()
     state.add(Repo("model", MODEL_REPO, MODEL_COMMIT, model))
     state.add(Repo("dataset", DATA_REPO, DATA_COMMIT, data))
+    state.add(Repo("dataset", MCTACO_REPO, MCTACO_COMMIT, {MCTACO_PARQUET: mctaco_hub_parquet()}))
+    return state
+
+
+@pytest.fixture
+def hub(served_files):
+    state = serve(served_files)
+    with HubServer(state) as url:
+        yield state, url
+
+
+@pytest.fixture
+def real_hub(served_real_files):
+    state = serve(served_real_files)
     with HubServer(state) as url:
         yield state, url
 
@@ -87,9 +144,10 @@ def manifest_files_verify(cache):
     return m
 
 
-def test_happy_path_pin_prepare_run_audit(hub, served_files, tmp_path):
-    state, url = hub
-    model, data, rows = served_files
+@pytest.mark.slow
+def test_happy_path_pin_prepare_run_audit(real_hub, served_real_files, tmp_path):
+    state, url = real_hub
+    model, data, rows = served_real_files
     lock = make_lock(tmp_path / "lock.json", model, rows)
     cache = tmp_path / "cache"
     p = prepare(url, cache, lock, "--model", MODEL_ID, "--source", "hub", "--pin")
@@ -210,3 +268,66 @@ def test_offline_with_incomplete_cache_names_what_is_missing(hub, served_files, 
     assert p.returncode == 0, p.stdout + p.stderr
     assert len(state.log) == n_before
     manifest_files_verify(cache)
+
+
+# ---- data through the hub, every schema ------------------------------------------------------------------------
+
+def test_sst2_data_pin_records_file_hash_and_row_hashes(hub, served_files, tmp_path):
+    state, url = hub
+    model, data, rows = served_files
+    lock = make_lock(tmp_path / "lock.json", model, rows)
+    cache = tmp_path / "cache"
+    p = prepare(url, cache, lock, "--data", DATA_ID)
+    assert p.returncode == 2 and "--pin" in p.stderr, p.stdout + p.stderr
+    p = prepare(url, cache, lock, "--data", DATA_ID, "--pin")
+    assert p.returncode == 0, p.stdout + p.stderr
+    entry = json.loads(lock.read_text())["data"][DATA_ID]
+    assert entry["source"]["files"][PARQUET]["sha256"] == sha(data[PARQUET])
+    assert entry["row_sha256_16"] == [resources.row_hash16(r) for r in rows]
+    manifest = manifest_files_verify(cache)["resources"][DATA_ID]
+    assert manifest["content_sha256"] == resources.content_sha256(rows) and "schema" not in manifest
+    assert resources.read_parquet_rows(cache / "data" / DATA_ID / "validation.parquet") == rows
+
+
+def mctaco_lock(path, **facts):
+    """The real lock with mc_taco pointed at the served repository (its content facts null unless given)."""
+    lock = resources.load_lock()
+    entry = lock["data"][MCTACO_ID]
+    entry["source"].update(revision=MCTACO_COMMIT, files={MCTACO_PARQUET: None})
+    entry.update(facts)
+    resources.atomic_write_json(path, lock)
+    return path
+
+
+def test_mctaco_data_pin_records_every_content_fact(hub, tmp_path):
+    state, url = hub
+    lock = mctaco_lock(tmp_path / "lock.json")
+    cache = tmp_path / "cache"
+    p = prepare(url, cache, lock, "--data", MCTACO_ID)
+    assert p.returncode == 2 and "no content_sha256 pinned" in p.stderr, p.stdout + p.stderr
+    p = prepare(url, cache, lock, "--data", MCTACO_ID, "--pin")
+    assert p.returncode == 0, p.stdout + p.stderr
+    fixture = resources.load_lock()["data"]["fixture-mctaco"]
+    entry = json.loads(lock.read_text())["data"][MCTACO_ID]
+    facts = ("content_sha256", "rows", "label_counts", "n_questions", "row_sha256_16")
+    assert {k: entry[k] for k in facts} == {k: fixture[k] for k in facts}  # names, not ClassLabel codes
+    manifest = manifest_files_verify(cache)["resources"][MCTACO_ID]
+    assert manifest["schema"] == "mctaco" and manifest["n_questions"] == 15
+    cache_parquet = cache / "data" / MCTACO_ID / "validation.parquet"
+    # normalised: the hub's ClassLabel encoding gives the very bytes the fixture's TSV gives
+    assert cache_parquet.read_bytes() == resources.rows_to_parquet_bytes(mctaco_rows(), resources.MCTACO)
+    # pinned now: a plain run verifies the prepared copy and downloads nothing
+    n_before = len(state.log)
+    p = prepare(url, cache, lock, "--data", MCTACO_ID)
+    assert p.returncode == 0 and f"verified: {MCTACO_ID}" in p.stdout, p.stdout + p.stderr
+    assert len(state.log) == n_before
+
+
+def test_a_copy_that_contradicts_a_pinned_fact_pins_nothing(hub, tmp_path):
+    state, url = hub
+    lock = mctaco_lock(tmp_path / "lock.json", rows=61)
+    before = lock.read_text()
+    p = prepare(url, tmp_path / "cache", lock, "--data", MCTACO_ID, "--pin")
+    assert p.returncode == 2 and "expected 61 rows, found 62" in p.stderr, p.stdout + p.stderr
+    assert p.stderr.count("\n") == 1
+    assert lock.read_text() == before  # not even the (correct) file hash: the copy was refused as a whole

@@ -6,9 +6,11 @@ import shutil
 
 import pytest
 
-import audit
 import resources
 from conftest import REPO, run_cli
+from evidence_audit.checks import first_failure
+from evidence_audit.driver import audit
+from evidence_audit.rules.mctaco import mct_em, mct_f1
 from experiments import mctaco
 
 FIXTURE = REPO / "fixtures" / "mctaco_dev.tsv"
@@ -28,7 +30,7 @@ def test_corpus_f1_is_computed_once_not_averaged():
     preds = [1, 0, 0, 1, 1, 1]
     # whole corpus: TP 2 (idx 0, 4), FP 2 (idx 3, 5), FN 1 (idx 1) -> F1 = 2*2 / (2*2 + 2 + 1) = 4/7
     assert mctaco.corpus_f1(golds, preds) == 4 / 7
-    assert audit.mct_f1(golds, preds) == (4 / 7, {"tp": 2, "fp": 2, "fn": 1, "tn": 1})
+    assert mct_f1(golds, preds) == (4 / 7, {"tp": 2, "fp": 2, "fn": 1, "tn": 1})
     from lm_eval.api.metrics import f1_score as lm_eval_f1  # the aggregation lm-eval's mc_taco reports as f1
     assert float(lm_eval_f1(list(zip(golds, preds)))) == 4 / 7
     # averaging per question gives another number: q1 TP1 FN1 -> 2/3; q2 TP1 FP2 -> 1/2; mean 7/12 != 4/7
@@ -36,7 +38,7 @@ def test_corpus_f1_is_computed_once_not_averaged():
     assert per_question == [2 / 3, 1 / 2] and sum(per_question) / 2 == pytest.approx(7 / 12)
     assert abs(sum(per_question) / 2 - 4 / 7) > 0.01
     # no "yes" anywhere: 0.0 (sklearn's zero_division default, which lm-eval inherits), in both implementations
-    assert mctaco.corpus_f1([0, 0], [0, 0]) == 0.0 == audit.mct_f1([0, 0], [0, 0])[0]
+    assert mctaco.corpus_f1([0, 0], [0, 0]) == 0.0 == mct_f1([0, 0], [0, 0])[0]
     assert mctaco.accuracy(golds, preds) == 3 / 6
 
 
@@ -45,7 +47,7 @@ def test_exact_match_needs_every_candidate_of_a_complete_question():
     correct = {0: 1, 1: 1, 2: 1, 3: 1, 4: 0, 5: 1, 6: 1, 7: 1}
     assert mctaco.exact_match(questions, correct) == {"em": 2 / 3, "n_correct_questions": 2,
                                                        "n_complete_questions": 3}
-    assert audit.mct_em([q["idx"] for q in questions], correct)["em"] == 2 / 3
+    assert mct_em([q["idx"] for q in questions], correct)["em"] == 2 / 3
     assert mctaco.exact_match([], correct)["em"] is None
 
 
@@ -53,7 +55,7 @@ def test_exact_match_needs_every_candidate_of_a_complete_question():
 
 def test_fixture_is_mctaco_shaped_and_grouped():
     rows = resources.read_mctaco_tsv(FIXTURE)
-    resources.check_mctaco_rows_shape(rows, str(FIXTURE))
+    resources.check_rows_shape(rows, str(FIXTURE), resources.MCTACO)
     qs = resources.mctaco_questions(rows)
     assert len(qs) >= 12 and len(rows) == sum(len(q["idx"]) for q in qs)
     assert {q["category"] for q in qs} == set(resources.MCTACO_CATEGORIES)   # all five, "Typical Time" included
@@ -78,10 +80,10 @@ def test_content_hash_is_format_independent_and_pinned():
 
     rows = resources.read_mctaco_tsv(FIXTURE)
     entry = resources.load_lock()["data"]["fixture-mctaco"]
-    assert resources.mctaco_content_sha256(rows) == entry["content_sha256"]
+    assert resources.content_sha256(rows, resources.MCTACO) == entry["content_sha256"]
     assert entry["source"]["sha256"] == resources.sha256_file(FIXTURE)
     # the cache's parquet and a hub-style parquet (label and category as ClassLabel ints) hold the same content
-    cache_rows = resources.read_mctaco_parquet(io.BytesIO(resources.mctaco_rows_to_parquet_bytes(rows)))
+    cache_rows = resources.read_mctaco_parquet(io.BytesIO(resources.rows_to_parquet_bytes(rows, resources.MCTACO)))
     hub = datasets.Dataset.from_dict(
         {k: [r[k] for r in rows] if k != "category" else [resources.MCTACO_CATEGORIES.index(r[k]) for r in rows]
          for k in resources.MCTACO_COLUMNS},
@@ -95,10 +97,11 @@ def test_content_hash_is_format_independent_and_pinned():
     assert pa.types.is_integer(pq.read_table(buf).schema.field("category").type)   # ints + ClassLabel names
     buf.seek(0)
     hub_rows = resources.read_mctaco_parquet(buf)
-    assert resources.mctaco_content_sha256(cache_rows) == resources.mctaco_content_sha256(hub_rows) \
-        == entry["content_sha256"]
+    assert resources.content_sha256(cache_rows, resources.MCTACO) == \
+        resources.content_sha256(hub_rows, resources.MCTACO) == entry["content_sha256"]
 
 
+@pytest.mark.slow
 def test_prepare_default_prepares_the_mctaco_fixture(prepared_cache):
     manifest = json.loads((prepared_cache / "manifest.json").read_text())["resources"]
     entry = resources.load_lock()["data"]["fixture-mctaco"]
@@ -114,6 +117,7 @@ def test_hub_entry_without_a_pinned_revision_is_refused(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_hub_path_pins_then_verifies_an_mctaco_parquet(tmp_path):
     """The mc_taco hub path against the loopback hub (tests/hub_server.py): a hub-style parquet (ClassLabel ints)
     of the fixture at a pinned revision; --pin records the file sha256 (checked against the served LFS sha256) and
@@ -167,6 +171,30 @@ def test_limit_is_refused_on_grouped_documents(tmp_path, extra, phrase):
     assert not (tmp_path / "o").exists()
 
 
+def test_refusals_are_resource_errors_not_exits():
+    """The experiment raises (run.py maps ResourceError to one line and exit 2); it never exits itself."""
+    import types
+
+    import config
+    from experiments.context import Options
+
+    rows = resources.read_mctaco_tsv(FIXTURE)
+    qs = resources.mctaco_questions(rows)
+
+    def ctx(split, **opts):
+        return types.SimpleNamespace(config=config.effective(mctaco.CONFIG_SECTIONS), split=split,
+                                     options=Options(out=REPO, **opts))
+    with pytest.raises(resources.ResourceError, match="no held-back confirmation items"):
+        mctaco.select_documents(ctx("confirm"), rows, qs)
+    with pytest.raises(resources.ResourceError, match="add --allow-partial-groups"):
+        mctaco.select_documents(ctx("dev", limit=5), rows, qs)
+    with pytest.raises(resources.ResourceError, match="outside 1.."):
+        mctaco.select_documents(ctx("dev", limit=10 ** 6, allow_partial_groups=True), rows, qs)
+    docs, sel = mctaco.select_documents(ctx("dev", limit=7, allow_partial_groups=True), rows, qs)
+    assert docs == list(range(7)) and sel["mode"] == "limit"
+
+
+@pytest.mark.slow
 def test_limit_with_allow_partial_groups_lists_cut_questions(prepared_cache, tmp_path):
     proc = run_cli("run.py", "--cache", prepared_cache, "--out", tmp_path, "--experiment", "mctaco",
                    "--limit", "7", "--allow-partial-groups")
@@ -181,8 +209,8 @@ def test_limit_with_allow_partial_groups_lists_cut_questions(prepared_cache, tmp
         assert block["computed_on"].startswith("INCOMPLETE SET")
     assert summary["independent"]["em"]["n_complete_questions"] == 1     # only the first question is whole
     assert summary["agreement"]["max_abs_diff"] == 0.0
-    report = audit.audit(tmp_path, ("arithmetic",))
-    assert report["exit_code"] == 0, audit.first_failure(report)
+    report = audit(tmp_path, ("arithmetic",))
+    assert report["exit_code"] == 0, first_failure(report)
 
 
 # ---- the real model over the whole fixture, once per session -----------------------------------------------------
@@ -195,6 +223,7 @@ def mctaco_run(prepared_cache, tmp_path_factory):
     return out, proc
 
 
+@pytest.mark.slow
 def test_full_fixture_bit_exact_and_metrics_match_lm_eval(mctaco_run):
     from sklearn.metrics import f1_score
 
@@ -224,6 +253,7 @@ def test_full_fixture_bit_exact_and_metrics_match_lm_eval(mctaco_run):
     assert config["official"]["modifications"]["test_split"]["yaml"] == "test"
 
 
+@pytest.mark.slow
 def test_limit_demonstration_and_no_shuffle(mctaco_run):
     out, _ = mctaco_run
     summary, _, records = load_out(out)
@@ -241,6 +271,7 @@ def test_limit_demonstration_and_no_shuffle(mctaco_run):
     assert [(c["question_rank"], c["n_scored"]) for c in rows[20]["cut_questions"]] == [(4, 2)]
 
 
+@pytest.mark.slow
 def test_audit_recomputes_the_full_run_at_every_level(mctaco_run, prepared_cache):
     out, _ = mctaco_run
     proc = run_cli("audit.py", out, "--experiment", "mctaco", "--forward", "--cache", prepared_cache,
@@ -253,6 +284,7 @@ def test_audit_recomputes_the_full_run_at_every_level(mctaco_run, prepared_cache
 
 
 @pytest.mark.parametrize("what", ["f1", "em", "hide_cut", "limit_acc", "label"])
+@pytest.mark.slow
 def test_audit_catches_tampered_mctaco_evidence(mctaco_run, tmp_path, what):
     out, _ = mctaco_run
     d = tmp_path / "o"
@@ -273,11 +305,12 @@ def test_audit_catches_tampered_mctaco_evidence(mctaco_run, tmp_path, what):
         rec_path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     else:
         summary_path.write_text(json.dumps(s))
-    report = audit.audit(d, ("arithmetic",), only=["mctaco"])
+    report = audit(d, ("arithmetic",), only=["mctaco"])
     assert report["exit_code"] == 1
-    assert audit.first_failure(report)["experiment"] == "mctaco"
+    assert first_failure(report)["experiment"] == "mctaco"
 
 
+@pytest.mark.slow
 def test_smoke_run_of_the_experiment(prepared_cache, tmp_path):
     proc = run_cli("run.py", "--cache", prepared_cache, "--out", tmp_path, "--smoke", "--experiment", "mctaco")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -287,5 +320,5 @@ def test_smoke_run_of_the_experiment(prepared_cache, tmp_path):
     assert summary["incomplete_set"] is False and summary["n_complete_questions"] == 2
     assert summary["agreement"]["max_abs_diff"] == 0.0
     assert config["official"]["documents_passed_as_samples"] == qs[0]["idx"] + qs[1]["idx"]
-    report = audit.audit(tmp_path, ("arithmetic", "identity"), cache=prepared_cache)
-    assert report["exit_code"] == 0, audit.first_failure(report)
+    report = audit(tmp_path, ("arithmetic", "identity"), cache=prepared_cache)
+    assert report["exit_code"] == 0, first_failure(report)

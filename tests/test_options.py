@@ -4,10 +4,12 @@ import json
 
 import pytest
 
-from config import CONFIG
-from conftest import REPO, run_cli
+import config
+from conftest import run_cli
 from experiments import options, scoring, selection
 from experiments.evidence import IdentityMismatch
+
+CONFIG = config.effective(options.CONFIG_SECTIONS)
 
 CONDITIONS = ["base_text", "list_text_fwd", "list_text_rev", "list_letter_fwd", "list_letter_rev"]
 
@@ -127,12 +129,14 @@ def test_mcnemar_scipy_equals_exact_integer_binomial():
             assert abs(options.mcnemar_exact(g, n - g) - float(exact)) <= 1e-12 * max(1.0, float(exact)), (g, n)
 
 
+@pytest.mark.slow
 def test_single_token_candidates_with_the_real_tokenizer(tokenizer):
     ctx = options.render_contexts("Fine film.", CONFIG)["list_rev"]
     got = {c: scoring.encode_pair(tokenizer, ctx, c)[1] for c in (" A", " B", " negative", " positive")}
     assert got == {" A": [330], " B": [389], " negative": [3524], " positive": [2731]}
 
 
+@pytest.mark.slow
 def test_acc_norm_characters_and_tokens_can_disagree(tokenizer):
     """Multi-token candidates of different lengths: lm-eval's acc_norm (characters, no delimiter) and the token
     normalisation pick different options. lm-eval's own process_results is the reference for acc_norm."""
@@ -234,6 +238,7 @@ def check_evidence(out, n_items):
     return summary, records
 
 
+@pytest.mark.slow
 def test_smoke_run_options(prepared_cache, tmp_path):
     proc = run_cli("run.py", "--cache", prepared_cache, "--out", tmp_path, "--smoke", "--experiment", "options")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -241,20 +246,19 @@ def test_smoke_run_options(prepared_cache, tmp_path):
     assert summary["split"] == "smoke"
     assert "[options] flips of 2:" in proc.stdout
     assert not (tmp_path / "protocol").exists()
-    audit = REPO / "audit.py"
-    if audit.exists() and "audit_options" in audit.read_text():
-        ok = run_cli("audit.py", tmp_path, "--forward", "--strict", "--cache", prepared_cache)
-        assert ok.returncode == 0, ok.stdout + ok.stderr
-        assert "max |recomputed - recorded|" in ok.stdout
-        # a semantic prediction that does not follow pi(argmax) is caught
-        path = tmp_path / "options" / "records.jsonl"
-        recs = [json.loads(l) for l in path.read_text().splitlines()]
-        recs[4]["semantic_pred"] = 1 - recs[4]["semantic_pred"]
-        path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
-        bad = run_cli("audit.py", tmp_path)
-        assert bad.returncode == 1 and "semantic_pred" in bad.stdout, bad.stdout
+    ok = run_cli("audit.py", tmp_path, "--forward", "--strict", "--cache", prepared_cache)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "max |recomputed - recorded|" in ok.stdout
+    # a semantic prediction that does not follow pi(argmax) is caught
+    path = tmp_path / "options" / "records.jsonl"
+    recs = [json.loads(l) for l in path.read_text().splitlines()]
+    recs[4]["semantic_pred"] = 1 - recs[4]["semantic_pred"]
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
+    bad = run_cli("audit.py", tmp_path)
+    assert bad.returncode == 1 and "semantic_pred" in bad.stdout, bad.stdout
 
 
+@pytest.mark.slow
 def test_dev_64_items_five_conditions_bit_exact(options_dev_run):
     out, proc = options_dev_run
     summary, records = check_evidence(out, 64)
@@ -269,16 +273,14 @@ def test_dev_64_items_five_conditions_bit_exact(options_dev_run):
     assert stages["tokens"]["independent_forward_passes"] == 3 * 64   # one per distinct input sequence
     per = stages["tokens"]["per_condition"]
     assert per["list_text_fwd"] == per["list_letter_fwd"]       # same contexts, one-token candidates
-    config = read(out, "config.json")
-    assert config["official_task_fields"]["doc_to_text"] == CONFIG["sst2_prompt"].replace("{sentence}",
-                                                                                          "{{sentence}}")
-    assert [c["name"] for c in config["conditions"]] == CONDITIONS
+    cfg = read(out, "config.json")
+    assert cfg["official_task_fields"]["doc_to_text"] == CONFIG["sst2_prompt"].replace("{sentence}", "{{sentence}}")
+    assert [c["name"] for c in cfg["conditions"]] == CONDITIONS
+    assert set(cfg["config"]) == set(CONFIG) and "harness_batch_size" not in cfg["config"]   # its sections only
 
 
+@pytest.mark.slow
 def test_audit_recomputes_options(options_dev_run):
-    audit = REPO / "audit.py"
-    if not audit.exists() or "audit_options" not in audit.read_text():
-        pytest.skip("audit.py has no options rule yet")
     out, _ = options_dev_run
     proc = run_cli("audit.py", out, "--tokens", "--strict", timeout=1800)   # --forward: the smoke test
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -286,6 +288,7 @@ def test_audit_recomputes_options(options_dev_run):
     assert len(rows) >= 13 and all(" PASS" in l or "not requested" in l for l in rows), proc.stdout
 
 
+@pytest.mark.slow
 def test_confirm_split_plumbing_on_tiny_model(tiny_cache, tmp_path):
     """A tiny random model: --split confirm scores exactly the 128 held-back items, says so, and stays bit-exact."""
     proc = run_cli("run.py", "--cache", tiny_cache, "--out", tmp_path, "--model", "tiny-random-llama",

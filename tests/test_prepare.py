@@ -1,8 +1,11 @@
-"""prepare.py as a user runs it: real wheel, real GGUF, real parquet, no mocks.
+"""prepare.py as a user runs it: real wheel, real GGUF, real parquet, no mocks; and the data layer under it
+(resources.py's schema table, verified_inputs) and the import layering of prepare/resources/bench/adapter.
 
 The session's `prepared_cache` is never touched: tests that flip bytes or run prepare again work on a copy.
-Model materialisation takes ~10 s, so only the safetensors-repair test re-materialises.
+Tests that need the prepared real model are marked slow; model materialisation takes ~10 s, so only the
+safetensors-repair test re-materialises.
 """
+import ast
 import json
 import os
 import shutil
@@ -97,12 +100,14 @@ def sst2_test_lock(tmp_path, row_hashes=True):
 
 # ---- the default model and data ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_verify_clean_cache(prepared_cache):
     proc = run_cli("prepare.py", "--cache", prepared_cache, "--verify")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"verified: {MODEL}" in proc.stdout and "verified: fixture-sentiment" in proc.stdout
 
 
+@pytest.mark.slow
 def test_prepared_cache_matches_lock(prepared_cache):
     lock = load_json(R_LOCK)["models"][MODEL]
     manifest = load_json(prepared_cache / "manifest.json")["resources"]
@@ -115,6 +120,7 @@ def test_prepared_cache_matches_lock(prepared_cache):
     assert unverified_in_manifest(prepared_cache) == []
 
 
+@pytest.mark.slow
 def test_second_run_downloads_nothing(prepared_cache, tmp_path):
     cache = copy_cache(prepared_cache, tmp_path / "cache")
     before = mtimes(cache)
@@ -127,6 +133,7 @@ def test_second_run_downloads_nothing(prepared_cache, tmp_path):
     assert after == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel, repaired", [
     (GGUF_REL, False),                                  # only pip could restore it, and pip is cut off
     (f"models/{MODEL}/model.safetensors", True),        # re-materialised from the verified GGUF
@@ -321,3 +328,139 @@ def test_leftovers_of_an_interrupted_run_are_swept(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not list(cache.glob(".tmp-*")) and not list(cache.rglob(".*.tmp"))
     assert list(load_json(cache / "manifest.json")["resources"]) == ["fixture-sentiment"]
+
+
+# ---- the data layer: one schema table, the same cache bytes ---------------------------------------------------
+
+# sha256 of the cache parquet prepare.py writes for each fixture (data/<id>/validation.parquet), as it was before
+# the schema table replaced the per-schema writers: data is identified by content, but run.py and the audit
+# re-hash these bytes, and an unchanged writer must keep giving them.
+CACHE_PARQUET_SHA256 = {
+    "fixture-sentiment": "5daba7c9b6d02d50ffeb9e510d2488909c692316de460608aae631f6a5a1eee1",
+    "fixture-mctaco": "306bafb0c3a8586838ff94409ad5d1ebcb4d30f5cc2540baf7e0a2a92c57efc2",
+}
+
+
+def test_every_lock_data_entry_has_a_known_schema():
+    for rid, entry in load_json(R_LOCK)["data"].items():
+        assert R.schema_of(entry).name in R.SCHEMAS, rid
+    assert R.schema_of({}) is R.SST2 and R.schema_of({"schema": "mctaco"}) is R.MCTACO
+    with pytest.raises(R.ResourceError, match="'csv' is not one of sst2, mctaco"):
+        R.schema_of({"schema": "csv"})
+
+
+@pytest.mark.parametrize("rid", sorted(CACHE_PARQUET_SHA256))
+def test_fixture_rows_verify_and_give_the_same_cache_bytes(rid):
+    entry = load_json(R_LOCK)["data"][rid]
+    schema = R.schema_of(entry)
+    rows = schema.read_tsv(conftest.REPO / entry["source"]["path"])
+    R.verify_rows(rows, entry, rid)
+    facts = R.content_facts(rows, schema)
+    assert facts == {k: entry[k] for k in facts}  # every fact the lock pins, recomputed from the rows
+    data = R.rows_to_parquet_bytes(rows, schema)
+    assert R.sha256_bytes(data) == CACHE_PARQUET_SHA256[rid]
+    assert schema.read_parquet(pa.BufferReader(data)) == rows  # the cache parquet reads back as the same rows
+
+
+def test_prepare_data_writes_the_same_files_and_manifest(tmp_path):
+    """A plain data prepare on a fresh cache: both fixtures, the pinned bytes, the manifest facts of the lock."""
+    cache, stdout = tmp_path / "cache", ""
+    for rid in sorted(CACHE_PARQUET_SHA256):
+        proc = run_cli("prepare.py", "--cache", cache, "--data", rid, env=NO_PIP)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        stdout += proc.stdout
+    manifest = load_json(cache / "manifest.json")["resources"]
+    lock = load_json(R_LOCK)["data"]
+    for rid, sha in CACHE_PARQUET_SHA256.items():
+        rel = f"data/{rid}/validation.parquet"
+        assert sha256_file(cache / rel) == sha and manifest[rid]["files"][rel]["sha256"] == sha
+        facts = ("content_sha256", "rows", "label_counts") + (("n_questions", "schema") if "schema" in lock[rid] else ())
+        assert {k: manifest[rid][k] for k in facts} == {k: lock[rid][k] for k in facts}
+        assert set(manifest[rid]) == {"kind", "source", "files", *facts}
+    assert "62 rows, 15 questions, content sha256" in stdout  # the MC-TACO schema's own count is reported
+
+
+def test_mctaco_copy_that_differs_names_the_row(tmp_path):
+    """The same refusal for every schema: one line, the file and the first differing idx."""
+    lock = load_json(R_LOCK)
+    fixture = lock["data"]["fixture-mctaco"]
+    lock["data"]["mc_taco"].update({k: fixture[k] for k in ("content_sha256", "rows", "label_counts", "n_questions",
+                                                            "row_sha256_16")})
+    lock_path = tmp_path / "lock.json"
+    lock_path.write_text(R.dumps(lock), encoding="utf-8")
+    rows = R.read_mctaco_tsv(conftest.REPO / fixture["source"]["path"])
+    rows[7]["answer"] += "s"
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("".join(f"{r['sentence']}\t{r['question']}\t{r['answer']}\t{R.MCTACO_LABELS[r['label']]}\t"
+                           f"{r['category']}\n" for r in rows), encoding="utf-8")
+    proc = run_cli("prepare.py", "--cache", tmp_path / "cache", "--lock", lock_path, "--data", "mc_taco",
+                   "--data-file", bad, env=NO_PIP)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "idx 7" in proc.stderr and str(bad) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+# ---- resources.verified_inputs ---------------------------------------------------------------------------------
+
+def fake_prepared_cache(cache):
+    """A cache whose manifest vouches for a stand-in model directory and the sentiment fixture's parquet."""
+    model_dir = cache / "models" / "m"
+    model_dir.mkdir(parents=True)
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        (model_dir / name).write_bytes(name.encode() * 10)
+    data = R.rows_to_parquet_bytes(fixture_rows())
+    (cache / "data" / "d").mkdir(parents=True)
+    (cache / "data" / "d" / "validation.parquet").write_bytes(data)
+
+    def files(*paths):
+        return {str(p.relative_to(cache)): {"sha256": R.sha256_file(p), "size": p.stat().st_size} for p in paths}
+    R.save_manifest(cache, {"resources": {
+        "m": {"kind": "model", "source": {"kind": "test"}, "files": files(*sorted(model_dir.iterdir()))},
+        "d": {"kind": "data", "source": {"kind": "test"}, "content_sha256": R.content_sha256(fixture_rows()),
+              "rows": 200, "label_counts": {"0": 100, "1": 100},
+              "files": files(cache / "data" / "d" / "validation.parquet")}}})
+    return model_dir
+
+
+def test_verified_inputs_returns_what_the_manifest_vouches_for(tmp_path):
+    cache = tmp_path / "cache"
+    with pytest.raises(R.ResourceError, match="no prepared cache here"):
+        R.verified_inputs(cache, "m", "d")
+    model_dir = fake_prepared_cache(cache)
+    got_dir, parquet, identity, data_entry = R.verified_inputs(cache, "m", "d")
+    assert got_dir == model_dir and parquet == cache / "data" / "d" / "validation.parquet"
+    assert identity == {"id": "m", "dir": str(model_dir), "source": {"kind": "test"},
+                        "model_sha256": R.sha256_file(model_dir / "model.safetensors"),
+                        "tokenizer_sha256": R.sha256_file(model_dir / "tokenizer.json")}
+    assert data_entry["content_sha256"] == R.content_sha256(fixture_rows())
+    with pytest.raises(R.ResourceError, match="resource 'x' is not prepared"):
+        R.verified_inputs(cache, "m", "x")
+    flip_byte(model_dir / "tokenizer.json")
+    with pytest.raises(R.ResourceError, match="tokenizer.json: bytes changed since prepare"):
+        R.verified_inputs(cache, "m", "d")
+
+
+# ---- layering ------------------------------------------------------------------------------------------------
+
+def imported_modules(path):
+    """Top-level names of every module a file imports (at any depth of the file: lazy imports count too)."""
+    names = set()
+    for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_layering_of_the_resource_modules():
+    """resources.py is the bottom layer; prepare.py stands on it and adapter.py; bench.py (a top-level script)
+    uses resources, config, adapter and experiments/ but never run.py; and nothing imports bench.py."""
+    repo_modules = {p.stem for p in conftest.REPO.glob("*.py")} | {"experiments", "harness", "evidence_audit"}
+    uses = {name: imported_modules(conftest.REPO / f"{name}.py") & repo_modules
+            for name in ("resources", "adapter", "prepare", "bench")}
+    assert uses["resources"] == set() and uses["adapter"] == set()
+    assert uses["prepare"] == {"resources", "adapter"}
+    assert "run" not in uses["bench"] and uses["bench"] <= {"resources", "config", "adapter", "experiments"}
+    importers = [str(p.relative_to(conftest.REPO)) for p in conftest.REPO.rglob("*.py")
+                 if ".venv" not in p.parts and "bench" in imported_modules(p)]
+    assert importers == []

@@ -1,11 +1,15 @@
-"""The official SST-2 protocol on the real model: both paths, bit for bit, with identity checks that can fail."""
+"""The official SST-2 protocol on the real model: both paths, bit for bit, with identity checks that can fail;
+run.py's contract around it (exit codes, stages.json, console headers, library chatter, --no-sort-samples)."""
 import json
+import time
 
 import pytest
 
-from conftest import REPO, run_cli
-from experiments import scoring, selection
-from config import CONFIG
+import config
+from conftest import run_cli
+from experiments import protocol, scoring, selection
+
+CONFIG = config.effective(protocol.CONFIG_SECTIONS)
 
 IDENTITY_FIELDS = {"idx", "rank", "label", "sentence_sha256", "prompt_sha256", "context_tokens", "candidates",
                    "official", "independent", "abs_diff"}
@@ -35,6 +39,7 @@ def check_run(out, n_items):
     return summary, records
 
 
+@pytest.mark.slow
 def test_smoke_two_items_four_candidates(smoke_run):
     out, proc = smoke_run
     summary, records = check_run(out, 2)
@@ -49,6 +54,7 @@ def test_smoke_two_items_four_candidates(smoke_run):
     assert len(texts) == 2
 
 
+@pytest.mark.slow
 def test_dev_64_items_bit_exact(dev_run):
     out, _ = dev_run
     summary, records = check_run(out, 64)
@@ -70,24 +76,45 @@ def test_dev_64_items_bit_exact(dev_run):
     assert summary["label_counts"] == {"0": labels.count(0), "1": labels.count(1)}
 
 
-def test_unsorted_samples_defect_is_caught(tiny_cache, tmp_path):
+@pytest.mark.slow
+def test_unsorted_samples_defect_is_caught_on_the_smoke_items(tiny_cache, tmp_path):
     """lm-eval 0.4.9.2 logs doc_id in the caller's order but iterates docs in dataset order: exit 1, no evidence.
 
-    The defect is in the bookkeeping, not the model, so the tiny random model shows it as well as the real one;
-    the 64 development items are needed because the 2 smoke items happen to be in ascending order already."""
+    The 2 smoke items are already in ascending order, so --no-sort-samples passes them reversed; the defect is in
+    the bookkeeping, not the model, so the tiny random model shows it as well as the real one."""
+    assert selection.select("smoke", CONFIG["selection_salt"], 200, 64, 128, 2) == sorted(
+        selection.select("smoke", CONFIG["selection_salt"], 200, 64, 128, 2))       # the case of the old defect
     proc = run_cli("run.py", "--cache", tiny_cache, "--out", tmp_path, "--model", "tiny-random-llama",
-                   "--experiment", "protocol", "--no-sort-samples")
+                   "--experiment", "protocol", "--smoke", "--no-sort-samples", "--no-cache")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "doc.idx" in proc.stderr and "MISMATCH" in proc.stderr
+    assert "doc.idx" in proc.stderr and "MISMATCH" in proc.stderr and "reversed" in proc.stderr
+    assert "identity checks passed" not in proc.stdout
     failed = json.loads((tmp_path / "protocol.FAILED.json").read_text())
     assert any(m["field"] == "doc.idx" for m in failed["mismatches"])
+    smoke = selection.select("smoke", CONFIG["selection_salt"], 200, 64, 128, 2)
+    assert failed["details"]["indices_passed_to_lm_eval"] == smoke[::-1]
+    assert "reversed" in failed["details"]["indices_order"]
     assert not (tmp_path / "protocol").exists()  # no evidence was installed
+
+
+def test_no_sort_samples_order_is_unsorted_for_any_selection_of_two_or_more():
+    for indices in ([3, 9], [9, 3], [5, 1, 7], list(range(64)), [40]):
+        passed, order = protocol.indices_for_lm_eval(indices, sort=True)
+        assert passed == sorted(indices) and "sorted" in order
+        passed, order = protocol.indices_for_lm_eval(indices, sort=False)
+        assert sorted(passed) == sorted(indices)                                # the same items, reordered
+        if len(indices) >= 2:
+            assert passed != sorted(passed), indices                            # the defect can show
+            assert ("reversed" in order) == (indices == sorted(indices)), order
+        else:
+            assert passed == indices and "nothing could be demonstrated" in order
 
 
 def test_missing_cache_fails_clearly(tmp_path):
     proc = run_cli("run.py", "--cache", tmp_path / "nope", "--out", tmp_path / "o", "--smoke")
     assert proc.returncode == 2
     assert "prepare.py" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "o").exists()                                        # nothing is created on refusal
 
 
 # ---- the independent path's own assertions (real tokenizer) ------------------------------------------------
@@ -101,6 +128,7 @@ def tokenizer(model_dir):
 PROMPT = "A warm, funny film.\nQuestion: Is this sentence positive or negative?\nAnswer:"
 
 
+@pytest.mark.slow  # the real tokenizer or model: needs the prepared cache
 def test_wrong_candidate_boundary_is_caught(tokenizer):
     ctx_ids, cand_ids = scoring.encode_pair(tokenizer, PROMPT, " positive")
     scoring.check_boundary(tokenizer, PROMPT, " positive", ctx_ids, cand_ids)  # the true one passes
@@ -110,11 +138,13 @@ def test_wrong_candidate_boundary_is_caught(tokenizer):
         scoring.check_boundary(tokenizer, PROMPT, " positive", ctx_ids, [3524])
 
 
+@pytest.mark.slow  # the real tokenizer or model: needs the prepared cache
 def test_prompt_with_extra_space_is_caught(tokenizer):
     with pytest.raises(scoring.ScoringError, match="ends with whitespace"):
         scoring.encode_pair(tokenizer, PROMPT + " ", " positive")
 
 
+@pytest.mark.slow  # the real tokenizer or model: needs the prepared cache
 def test_non_prefix_tokenisation_is_caught(tokenizer):
     # "Answer" + "ing" merges across the boundary, so the context tokens are not a prefix of the whole.
     ctx = "It was fine\nAnswer"
@@ -122,6 +152,7 @@ def test_non_prefix_tokenisation_is_caught(tokenizer):
         scoring.encode_pair(tokenizer, ctx, "ing")
 
 
+@pytest.mark.slow  # the real tokenizer or model: needs the prepared cache
 def test_600_token_input_fails_clearly(tokenizer):
     long_sentence = " ".join(["wonderful"] * 600)
     prompt = CONFIG["sst2_prompt"].format(sentence=long_sentence)
@@ -148,6 +179,7 @@ def test_selection_rule_is_fixed_and_disjoint():
         selection.select("confirm", "s", 100, 64, 128, 2)
 
 
+@pytest.mark.slow
 def test_confirm_split_is_only_scored_on_request_and_says_so(tiny_cache, tmp_path):
     """Plumbing on a tiny random model: --split confirm scores exactly the 128 held-back items and labels them."""
     proc = run_cli("run.py", "--cache", tiny_cache, "--out", tmp_path, "--model", "tiny-random-llama",
@@ -164,6 +196,7 @@ def test_confirm_split_is_only_scored_on_request_and_says_so(tiny_cache, tmp_pat
     assert summary["agreement"]["max_abs_diff"] == 0.0  # bit-exact holds for any weights, not just the real ones
 
 
+@pytest.mark.slow
 def test_tampered_cache_file_is_refused_by_run(tiny_cache, tmp_path):
     import shutil
     cache = tmp_path / "cache"
@@ -176,3 +209,164 @@ def test_tampered_cache_file_is_refused_by_run(tiny_cache, tmp_path):
                    "--experiment", "protocol")
     assert proc.returncode == 2
     assert "validation.parquet: bytes changed" in proc.stderr
+
+
+# ---- run.py's contract: stages.json, console headers, library chatter, no exits in experiments -------------------
+
+def fake_experiment(name, sleep_s):
+    """An experiment module that satisfies the contract (experiments/context.py) without a model."""
+    import types
+
+    from experiments.context import Result
+
+    module = types.ModuleType(f"fake_{name}")
+    module.NAME, module.CONFIG_SECTIONS = name, ("shared", "protocol")
+    module.data_label = lambda ctx: f"data-scored-by-{name}"
+
+    def run(ctx):
+        with ctx.stages.stage("work"):
+            time.sleep(sleep_s)
+        return Result(config={"experiment": name}, records=[{"idx": 0}], summary={"experiment": name},
+                      headline=f"{name} finished", token_stats={}, prompt_template_sha256="p" * 64)
+    module.run = run
+    return module
+
+
+def test_stages_total_is_the_experiments_own_time_and_imports_appear_once(tmp_path, monkeypatch, capsys):
+    """Two experiments in one run.py process: the first sleeps 0.5 s. Each stages.json's total_wall_s is that
+    experiment's own time (the second's is far below the process time so far), covers its stages, and only the
+    first carries the `imports` row. The console header names the data each experiment scores."""
+    import run as run_py
+    from experiments.context import Inputs
+    from experiments.runlog import LibraryChatter
+
+    modules = {"protocol": fake_experiment("protocol", 0.5), "options": fake_experiment("options", 0.01)}
+    monkeypatch.setattr(run_py, "import_experiments", lambda names, chatter: (modules, 0.25))
+    monkeypatch.setattr(run_py, "verified_inputs", lambda args: Inputs(
+        cache=tmp_path, model_dir=tmp_path, model_identity={"id": "m", "model_sha256": "m" * 64,
+                                                            "tokenizer_sha256": "t" * 64},
+        data_id="fixture-sentiment", parquet_path=tmp_path / "p.parquet", data_content_sha256="d" * 64))
+    monkeypatch.setattr(run_py, "write_report", lambda out, names: None)
+    args = run_py.parse_args(["--cache", str(tmp_path), "--out", str(tmp_path / "o"), "--smoke", "--verbose",
+                              "--experiment", "protocol", "--experiment", "options"])
+    assert run_py.run_all(args, LibraryChatter(verbose=True)) == 0
+    first, second = (json.loads((tmp_path / "o" / n / "stages.json").read_text()) for n in modules)
+    assert [s["name"] for s in first["stages"]] == ["imports", "work", "write"]
+    assert [s["name"] for s in second["stages"]] == ["work", "write"]
+    assert first["stages"][0] == {"name": "imports", "wall_s": 0.25, "peak_rss_bytes_at_end": None}
+    for st in (first, second):
+        own = [s["wall_s"] for s in st["stages"] if s["name"] != "imports"]
+        assert all(w >= 0 for w in own) and st["total_wall_s"] >= 0
+        assert sum(own) <= st["total_wall_s"] + 0.01
+    assert first["total_wall_s"] >= 0.5
+    assert second["total_wall_s"] < 0.5            # not the process's time so far, which includes the first's
+    out = capsys.readouterr().out
+    assert "[protocol] split=smoke data=data-scored-by-protocol model=m" in out
+    assert "[options] split=smoke data=data-scored-by-options model=m" in out
+    identity = json.loads((tmp_path / "o" / "protocol" / "identity.json").read_text())
+    assert identity["config_sections"] == ["shared", "protocol"]
+    assert identity["scoring_config"] == config.effective(("shared", "protocol"), {"model": "smollm2-135m-instruct-q4_1",
+                                                                                    "data": "fixture-sentiment"})
+
+
+def test_each_experiment_names_the_data_it_scores(tmp_path):
+    import types
+
+    from experiments import extraction, mctaco, options
+
+    for module, want in ((protocol, "fixture-sentiment"), (options, "fixture-sentiment"),
+                         (extraction, "fixture-sentiment"), (mctaco, "fixture-mctaco")):
+        ctx = types.SimpleNamespace(config=config.effective(module.CONFIG_SECTIONS),
+                                    inputs=types.SimpleNamespace(data_id="fixture-sentiment"),
+                                    options=types.SimpleNamespace(out=tmp_path))
+        assert module.data_label(ctx) == want, module.NAME
+
+
+def test_experiments_never_read_argparse_or_exit():
+    """The contract: only run.py maps outcomes to exit codes; experiments raise, they do not exit or read args."""
+    import ast
+
+    from conftest import REPO
+
+    for path in sorted((REPO / "experiments").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                assert not (isinstance(node.value, ast.Name) and (node.value.id, node.attr) in
+                            {("sys", "exit"), ("resources", "fail"), ("ctx", "args")}), (path.name, node.lineno)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                assert "argparse" not in names and "fail" not in names, (path.name, node.lineno)
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "ctx" \
+                    and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                raise AssertionError(f"{path.name}:{node.lineno}: ctx['...'] (the context is typed: ctx.config ...)")
+
+
+def test_runner_functions_are_at_most_80_lines():
+    import ast
+
+    from conftest import REPO
+
+    owned = [REPO / "run.py", REPO / "config.py"] + [p for p in sorted((REPO / "experiments").glob("*.py"))
+                                                     if p.name not in ("harness.py", "review_page.py")]
+    long = []
+    for path in owned:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long.append(f"{path.name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long
+
+
+def test_library_chatter_goes_to_the_log_file_not_the_console(tmp_path):
+    """lm-eval / transformers / datasets log records and Python warnings, before and after O exists, end up in
+    O/run.log and not on the console; with verbose they stay on the console."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    code = f"""
+import logging, sys, warnings
+sys.path.insert(0, {str(REPO)!r})
+from experiments.runlog import LibraryChatter
+chatter = LibraryChatter(verbose=sys.argv[1] == "verbose")
+chatter.route()
+logging.getLogger("lm_eval.api.task").warning("[Task: sst2] metric acc is defined, but aggregation is not")
+import transformers
+transformers.utils.logging.get_logger("transformers.modeling_utils").warning("transformers chatter")
+chatter.to_file({str(tmp_path / 'run.log')!r})
+logging.getLogger("datasets.builder").warning("datasets chatter")
+warnings.warn("a library warning", FutureWarning)
+print("progress and results")
+chatter.close()
+"""
+    quiet = subprocess.run([sys.executable, "-c", code, "quiet"], capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout == "progress and results\n" and quiet.stderr == ""
+    log = (tmp_path / "run.log").read_text()
+    for text in ("aggregation is not", "transformers chatter", "datasets chatter", "a library warning"):
+        assert text in log, text
+    (tmp_path / "run.log").unlink()
+    loud = subprocess.run([sys.executable, "-c", code, "verbose"], capture_output=True, text=True, timeout=300)
+    assert loud.returncode == 0, loud.stderr
+    for text in ("aggregation is not", "transformers chatter", "datasets chatter", "a library warning"):
+        assert text in loud.stderr, text
+    assert not (tmp_path / "run.log").exists()
+
+
+@pytest.mark.slow
+def test_smoke_console_names_the_scored_data_and_keeps_library_chatter_in_the_log(smoke_run):
+    out, proc = smoke_run
+    console = proc.stdout + proc.stderr
+    assert "[protocol] split=smoke data=fixture-sentiment " in proc.stdout
+    assert "[mctaco] split=smoke data=fixture-mctaco " in proc.stdout
+    harness_header = next(l for l in proc.stdout.splitlines() if l.startswith("[harness] split="))
+    assert "fixture-sentiment" not in harness_header and "arithmetic" in harness_header   # it names its tasks
+    assert "aggregation is not" not in console and "--metadata" not in console
+    log = (out / "run.log").read_text()
+    assert "aggregation is not" in log and "--metadata" in log
+    stages = {n: json.loads((out / n / "stages.json").read_text())
+              for n in ("protocol", "options", "harness", "mctaco", "extraction")}
+    assert [n for n, st in stages.items() if st["stages"][0]["name"] == "imports"] == ["protocol"]
+    for st in stages.values():
+        assert sum(s["wall_s"] for s in st["stages"] if s["name"] != "imports") <= st["total_wall_s"] + 0.01

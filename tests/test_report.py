@@ -1,13 +1,15 @@
 """report.py: O/report.html, one self-contained page built from the evidence alone.
 
-Real evidence: the session's `run.py --smoke` of all five experiments (conftest.smoke_run). run.py writes
-report.html itself at the end of the run; `python report.py O` writes the same page from a copy. Both are loaded in
-headless Chromium from disk: the screenshot must not be blank, the browser must request nothing but the file itself
-and data: URIs, and the tables must carry the figures of summary.json exactly as written there (floats as the text
-json.dumps wrote). The flip matrices of the options study are recounted here from records.jsonl.
+Real evidence (slow: marked `slow`): the session's `run.py --smoke` of all five experiments (conftest.smoke_run).
+run.py writes report.html itself at the end of the run; `python report.py O` writes the same page from a copy. Both
+are loaded in headless Chromium from disk: the screenshot must not be blank, the browser must request nothing but the
+file itself and data: URIs, and the tables must carry the figures of summary.json exactly: every number cell keeps
+the exact value (the text json.dumps wrote) in its data-value attribute, and shows it rounded for reading. The flip
+matrices of the options study are recounted here from records.jsonl.
 
-The generic fallback (an experiment report.py has no view for) and the fallback of a view that cannot read its
-evidence are unit-tested on hand-made directories, without a browser.
+Fast (no browser, no model): number formatting, the CLI, the generic fallback and the fallback of a view that
+cannot read its evidence, the options flips order and its primary comparison, and the MC-TACO segment plot, on
+hand-made directories.
 
 Set REPORT_SCREENSHOT_DIR to keep the screenshots (they are written to the test's tmp_path otherwise).
 """
@@ -25,14 +27,33 @@ import conftest
 from conftest import run_cli
 
 REPORT = conftest.REPO / "report.py"
+REPO_ROOT = conftest.REPO
 FORBIDDEN_IMPORTS = {"run", "experiments", "harness", "lm_eval", "resources", "config", "adapter", "audit"}
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
 
 def shown(v):
-    """How summary.json's value v must appear in a table cell: its JSON text; null as an em dash."""
+    """How summary.json's value v must appear in a table cell's exact view (data-value, else the text): its JSON
+    text; null as an em dash."""
     return "—" if v is None else json.dumps(v)
+
+
+def is_rounding_of(text, exact):
+    """text (what a cell shows) is a readable rounding of the number whose JSON text is exact."""
+    value = json.loads(exact)
+    if isinstance(value, list):
+        parts = text.strip("[]").split(", ")
+        return len(parts) == len(value) and all(is_rounding_of(p, json.dumps(v)) for p, v in zip(parts, value))
+    if isinstance(value, int):
+        return text in (str(value), f"{value:+d}")
+    mantissa = text.lstrip("+").split("e")[0]
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    if decimals > 4:
+        return False                                   # not rounded for reading
+    if "e" in text:
+        return abs(float(text) - value) <= 0.05 * abs(value)
+    return abs(float(text) - value) <= 0.5 * 10 ** -decimals + 1e-12
 
 
 def load_report():
@@ -101,11 +122,37 @@ def test_report_imports_none_of_the_code_that_wrote_the_evidence():
     assert not names & FORBIDDEN_IMPORTS, names & FORBIDDEN_IMPORTS
 
 
-def test_numbers_are_shown_as_json_writes_them():
+def test_numbers_are_rounded_by_what_they_are():
+    """Issue 14: the report printed unrounded floats (0.5555555555555556)."""
+    fmt = load_report().fmt
+    assert [fmt(v, "rate") for v in (0.5555555555555556, 1.0, 0.0, 0.32222222222222224)] == \
+        ["0.5556", "1.0000", "0.0000", "0.3222"]
+    assert [fmt(v, "diff") for v in (0.0, 1.2e-05, 1.1920928955078125e-07, 0.0123456, 2.5)] == \
+        ["0.0", "1.2e-05", "1.2e-07", "0.012", "2.5"]
+    assert [fmt(v, "pvalue") for v in (1.0, 0.5, 0.03125, 3.0517578125e-05)] == ["1.000", "0.500", "0.031", "3.1e-05"]
+    assert [fmt(v, "delta") for v in (-0.05555555555555558, 0.0444444444444444, 0.0)] == \
+        ["-0.0556", "+0.0444", "0.0000"]
+    assert [fmt(v, "signed") for v in (2, -2, 0)] == ["+2", "-2", "0"]
+    assert [fmt(v, "seconds") for v in (1.6308, 0.0028, 28.7694)] == ["1.631", "0.003", "28.8"]
+    assert [fmt(v) for v in (0.1 + 0.2, 0.42857142857142855, 1e-07, 0.0, 3, 0, True, False, None, [3, 1])] == \
+        ["0.3", "0.4286", "1e-07", "0.0", "3", "0", "true", "false", "—", "[3, 1]"]
+    for style in ("rate", "diff", "pvalue", "delta", "seconds", "general", "count"):
+        assert fmt(7, style) == "7" and fmt(None, style) == "—", style
+
+
+def test_number_cells_keep_the_exact_value():
     report = load_report()
-    for v in (0.1 + 0.2, 0.5555555555555556, 1.0, 0.0, -0.05555555555555558, 1e-07, 3, 0, True, False, None,
-              0.32222222222222224):
-        assert report.fmt(v) == shown(v), v
+    assert report.cell(report.rate(0.5555555555555556)) == \
+        '<td class="num" data-value="0.5555555555555556" title="0.5555555555555556">0.5556</td>'
+    assert report.cell(7) == '<td class="num" data-value="7">7</td>'
+    assert report.cell(report.rate([0.5, 0.5555555555555556])) == \
+        ('<td class="num" data-value="[0.5, 0.5555555555555556]" title="[0.5, 0.5555555555555556]">'
+         "[0.5000, 0.5556]</td>")
+    assert report.cell(report.rate(None)) == "<td>—</td>" and report.cell("a<b") == "<td>a&lt;b</td>"
+    for value in (0.5555555555555556, 1.2e-05, -0.05555555555555558, 3, 0.0, 1234.56789):
+        for style in ("rate", "diff", "delta", "seconds", "general"):
+            assert is_rounding_of(report.fmt(value, style), json.dumps(value)), (value, style)
+    assert not is_rounding_of("0.5555555555555556", "0.5555555555555556")
 
 
 def write_json(path, obj):
@@ -131,27 +178,30 @@ def minimal_evidence(root):
 
 
 class Tables(HTMLParser):
-    """table id -> rows (lists of cell texts) of its tbody; for the unit tests (the browser tests read the DOM)."""
+    """table id -> rows of its tbody, each cell as (data-value or None, text); for the unit tests (the browser tests
+    read the DOM)."""
 
     def __init__(self):
         super().__init__()
-        self.tables, self.classes = {}, []
-        self._rows = self._cell = None
+        self.tables, self.classes, self.row_classes = {}, [], {}
+        self._rows = self._cell = self._value = None
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if a.get("class"):
             self.classes.append(a["class"])
         if tag == "table":
-            self._rows = self.tables.setdefault(a.get("id") or f"anon{len(self.tables)}", [])
+            self._tid = a.get("id") or f"anon{len(self.tables)}"
+            self._rows = self.tables.setdefault(self._tid, [])
         elif tag == "tr" and self._rows is not None:
             self._rows.append([])
+            self.row_classes.setdefault(self._tid, []).append(a.get("class") or "")
         elif tag == "td" and self._rows is not None:
-            self._cell = ""
+            self._cell, self._value = "", a.get("data-value")
 
     def handle_endtag(self, tag):
         if tag == "td" and self._cell is not None:
-            self._rows[-1].append(self._cell.strip())
+            self._rows[-1].append((self._value, self._cell.strip()))
             self._cell = None
         elif tag == "table":
             self._rows = None
@@ -161,10 +211,30 @@ class Tables(HTMLParser):
             self._cell += data
 
 
-def parse_tables(text):
+def parse_cells(text):
+    """table id -> rows of (data-value or None, shown text) cells; header rows dropped."""
     t = Tables()
     t.feed(text)
     return {k: [r for r in v if r] for k, v in t.tables.items()}, t.classes
+
+
+def parse_tables(text):
+    """table id -> rows of exact cell values (data-value where a cell has one, else its text), and the classes."""
+    cells, classes = parse_cells(text)
+    return {k: [[v if v is not None else txt for v, txt in r] for r in rows] for k, rows in cells.items()}, classes
+
+
+def assert_numbers_rounded(cells):
+    """Every number cell shows a rounding of its exact value; no other cell shows an unrounded float."""
+    import re
+
+    for tid, rows in cells.items():
+        for row in rows:
+            for value, text in row:
+                if value is not None:
+                    assert is_rounding_of(text, value), (tid, row[0], text, value)
+                else:
+                    assert not re.search(r"\d\.\d{5,}", text), (tid, row[0], text)
 
 
 def test_generic_fallback_lists_every_summary_field(tmp_path):
@@ -174,12 +244,17 @@ def test_generic_fallback_lists_every_summary_field(tmp_path):
     tables, classes = parse_tables(text)
     assert "render-error" not in classes
     rows = dict(tuple(r) for r in tables["novel-summary"])
-    assert rows["accuracy"] == "0.42857142857142855"
+    assert rows["accuracy"] == "0.42857142857142855"          # the exact value stays in data-value
     assert rows["nested.f1"] == "0.30000000000000004"
+    cells, _ = parse_cells(text)
+    shown_text = {r[0][1]: r[1][1] for r in cells["novel-summary"]}
+    assert shown_text["accuracy"] == "0.4286" and shown_text["nested.f1"] == "0.3"     # and is shown rounded
+    assert_numbers_rounded(cells)
     assert rows["nested.flag"] == "true" and rows["nested.missing"] == "—"
     assert rows["n_items"] == "7" and rows["idx"] == "[3, 1, 4]" and rows["rows"] == "[2 entries]"
-    stages = {r[0]: r for r in tables["novel-stages"]}
+    stages = {r[0]: r for r in tables["novel-stages"]}      # a stages.json without an `imports` row
     assert stages["score"][1] == "1.2345" and stages["score"][2] == "104857600"
+    assert {r[0][1]: r[1][1] for r in cells["novel-stages"]}["score"] == "1.234"
     assert '<section id="novel">' in text and "records.jsonl: 2 lines" in text
     env = dict(tuple(r) for r in tables["environment"])
     assert env["git commit"] == "abc123" and env["torch"] == "9.9"
@@ -215,9 +290,154 @@ def test_cli(tmp_path):
     proc = run_cli(REPORT, out, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == str(out / "report.html")
+    # issue 14: `report.py --help` said "no such output directory"
+    helped = run_cli(REPORT, "--help", timeout=300)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: report.py") and "OUT" in helped.stdout
+    assert "no such output directory" not in helped.stdout + helped.stderr
+    # a missing directory: one line that names it, exit 2, no traceback
     missing = run_cli(REPORT, tmp_path / "nope", timeout=300)
-    assert missing.returncode == 2 and "no such output directory" in missing.stderr
-    assert run_cli(REPORT, timeout=300).returncode != 0
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.strip().splitlines() == [missing.stderr.strip()], missing.stderr
+    assert str(tmp_path / "nope") in missing.stderr and "no such output directory" in missing.stderr
+    a_file = run_cli(REPORT, REPORT, timeout=300)
+    assert a_file.returncode == 2 and "not a directory" in a_file.stderr and "Traceback" not in a_file.stderr
+    no_args = run_cli(REPORT, timeout=300)
+    assert no_args.returncode == 2 and "usage: report.py" in no_args.stderr
+
+
+OPTIONS_CONDITIONS = [("base_text", "official", "text", "fwd"), ("list_text_fwd", "list", "text", "fwd"),
+                      ("list_text_rev", "list", "text", "rev"), ("list_letter_fwd", "list", "letter", "fwd"),
+                      ("list_letter_rev", "list", "letter", "rev")]
+# the runner's order: letters fwd/rev first, which is not alphabetical
+OPTIONS_COMPARISONS = [["list_letter_fwd", "list_letter_rev"], ["list_text_fwd", "list_text_rev"],
+                       ["list_text_fwd", "list_letter_fwd"], ["base_text", "list_text_fwd"]]
+
+
+def options_evidence(root):
+    """A hand-made O/options of the shape run.py writes (3 items), without the model."""
+    out, _ = minimal_evidence(root)
+    d = out / "options"
+    preds = {"base_text": [1, 1, 0], "list_text_fwd": [0, 1, 0], "list_text_rev": [0, 0, 0],
+             "list_letter_fwd": [0, 0, 0], "list_letter_rev": [1, 1, 1]}
+    labels = [1, 1, 0]
+    records, conditions = [], {}
+    for name, prompt, space, order in OPTIONS_CONDITIONS:
+        correct = sum(p == y for p, y in zip(preds[name], labels))
+        conditions[name] = {"acc": correct / 3, "acc_norm": correct / 3, "acc_norm_tokens": correct / 3,
+                            "baseline_all_negative_acc": 1 / 3, "baseline_all_negative_correct": 1,
+                            "baseline_all_positive_acc": 2 / 3, "baseline_all_positive_correct": 2,
+                            "chose_first_position": 1, "correct": correct, "correct_norm": correct,
+                            "correct_norm_tokens": correct, "n": 3, "predicted_positive": sum(preds[name])}
+        for idx, (p, y) in enumerate(zip(preds[name], labels)):
+            records.append({"idx": idx, "condition": name, "space": space, "order": order, "label": y,
+                            "semantic_pred": p, "official": {"scores": [-1.5 - idx, -2.25]},
+                            "independent": {"scores": [-1.5 - idx, -2.25]}})
+    flips = {}
+    for a, b in sorted(OPTIONS_COMPARISONS):           # summary.json's keys are sorted
+        flipped = [i for i in range(3) if preds[a][i] != preds[b][i]]
+        gains = sum(preds[b][i] == labels[i] for i in flipped)
+        flips[f"{a} vs {b}"] = {"a": a, "b": b, "flips": len(flipped), "flipped_idx": flipped, "gains": gains,
+                                "losses": len(flipped) - gains, "net": 2 * gains - len(flipped),
+                                "n_discordant": len(flipped), "mcnemar_p": 0.5 ** len(flipped) * 2 if flipped
+                                else 1.0}
+    write_json(d / "summary.json", {
+        "experiment": "options", "split": "dev", "n_items": 3, "n_records": 15, "n_candidates": 30,
+        "n_conditions": 5, "conditions": conditions, "flips": flips, "label_counts": {"0": 1, "1": 2},
+        "agreement": {"max_abs_diff": 0.0, "n_candidate_score_mismatches": 0, "n_lm_eval_metric_mismatches": 0,
+                      "n_prediction_mismatches": 0},
+        "identity_checks": {"passed": True, "n_records_joined": 15, "fields": ["idx", "label"]}})
+    write_json(d / "config.json", {
+        "comparisons": OPTIONS_COMPARISONS, "config": {"options_comparisons": OPTIONS_COMPARISONS,
+                                                       "sst2_choices": ["negative", "positive"]},
+        "conditions": [{"name": n, "prompt": p, "space": sp, "order": o} for n, p, sp, o in OPTIONS_CONDITIONS]})
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return out
+
+
+def test_options_flips_follow_the_config_order_and_mark_the_primary_comparison(tmp_path):
+    """Issue 14: the flips table was sorted alphabetically while letters fwd/rev is the primary measure."""
+    out = options_evidence(tmp_path)
+    text = load_report().build(out)
+    tables, classes = parse_tables(text)
+    assert "render-error" not in classes
+    flips = tables["options-flips"]
+    assert [r[0] for r in flips] == [f"{a} vs {b}" for a, b in OPTIONS_COMPARISONS]
+    assert [r[1] for r in flips] == ["primary", "", "", ""]
+    t = Tables()
+    t.feed(text)
+    assert t.row_classes["options-flips"][1:] == ["primary", "", "", ""]     # [0] is the header row
+    # the flips come before the accuracies, and the letter matrix before the text one
+    assert text.index('id="options-flips"') < text.index('id="options-flipmatrix-letter"') < \
+        text.index('id="options-flipmatrix-text"') < text.index('id="options-conditions"')
+    summary = json.loads((out / "options" / "summary.json").read_text())
+    primary = summary["flips"]["list_letter_fwd vs list_letter_rev"]
+    assert flips[0][2:8] == [shown(primary[k]) for k in ("flips", "gains", "losses", "net", "n_discordant",
+                                                           "mcnemar_p")]
+    cells, _ = parse_cells(text)
+    assert [txt for _, txt in cells["options-flips"][0][5:8]] == ["+1", "3", "0.250"]   # net signed, p readable
+    assert {r[0][1]: r[5][1] for r in cells["options-conditions"]}["base_text"] == "1.0000"
+    assert_numbers_rounded(cells)
+    # a config that lists no comparisons: alphabetical, the primary still found from the conditions
+    cfg = json.loads((out / "options" / "config.json").read_text())
+    cfg.pop("comparisons")
+    cfg["config"].pop("options_comparisons")
+    write_json(out / "options" / "config.json", cfg)
+    tables, _ = parse_tables(load_report().build(out))
+    assert [r[0] for r in tables["options-flips"]] == sorted(summary["flips"])
+    assert [r[0] for r in tables["options-flips"] if r[1] == "primary"] == ["list_letter_fwd vs list_letter_rev"]
+
+
+def mctaco_questions():
+    """Four questions over documents 0..17, as config.json's split_questions lists them."""
+    spans = [(0, 5), (5, 9), (9, 13), (13, 18)]
+    return [{"question_id": f"q{r}", "question_rank": r, "idx": list(range(a, b)), "category": "Frequency"}
+            for r, (a, b) in enumerate(spans)]
+
+
+def test_mctaco_plot_draws_unscored_questions_apart_and_no_negative_rank():
+    """Issue 14: the MC-TACO plot drew an unscored question like a scored one and showed a "-1" tick."""
+    report = load_report()
+    cfg = {"split_questions": mctaco_questions()}
+    # the smoke shape: questions 0 and 1 scored (documents 0..8), limit demos at 2 (cuts q0) and 5
+    summary = {"limit_demo": {"rows": [{"limit": 2, "cut_questions": [{"question_id": "q0"}]},
+                                       {"limit": 5, "cut_questions": []}]}}
+    statuses, limits = report.question_status(cfg, summary, set(range(9)))
+    assert [(q["question_rank"], st) for q, st in statuses] == [(0, "cut"), (1, "scored"), (2, "unscored")]
+    assert limits == [2, 5]
+    fig, ax = report.segments_figure(statuses, limits)
+    try:
+        assert list(ax.get_yticks()) == [0, 1, 2]
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "1", "2"]
+        bars = {round(p.get_y() + p.get_height() / 2): p for p in ax.patches}
+        assert bars[2].get_hatch() and bars[2].get_facecolor()[:3] == (1.0, 1.0, 1.0)   # hollow, hatched
+        assert not bars[1].get_hatch() and bars[1].get_facecolor() != bars[0].get_facecolor()
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert any("not scored" in t for t in legend) and len(legend) == 3
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+    # this run itself cut by --limit 10 (with --allow-partial-groups): q2 partly scored, q3 not at all
+    summary = {"limit": 10, "cut_questions": [{"question_id": "q2"}], "limit_demo": {"rows": []}}
+    statuses, limits = report.question_status(cfg, summary, set(range(10)))
+    assert [st for _, st in statuses] == ["scored", "scored", "cut", "unscored"] and limits == [10]
+    assert report.question_segments_plot(cfg, summary, set(range(10))).startswith('<img alt="questions')
+
+
+def test_readme_says_the_mutation_selftest_tampers_with_protocol_evidence_only():
+    """Issue 14: the README said `--mutations` tampers with all evidence; it tampers with protocol evidence only."""
+    import re
+
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    paragraph = next(p for p in text.split("\n\n") if "audit.py O --mutations" in p)
+    assert re.search(r"protocol experiment's evidence only", paragraph), paragraph
+    assert not re.search(r"all (the )?evidence|every experiment's evidence", paragraph), paragraph
+
+
+def test_report_has_no_function_over_80_lines():
+    tree = ast.parse(REPORT.read_text(encoding="utf-8"))
+    long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80]
+    assert long == []
 
 
 # ---- the browser -----------------------------------------------------------------------------------------------
@@ -254,7 +474,7 @@ TABLES_JS = """
 const out = {};
 for (const t of document.querySelectorAll('table[id]')) {
   const rows = t.tBodies[0] ? Array.from(t.tBodies[0].rows) : [];
-  out[t.id] = rows.map(r => Array.from(r.cells).map(c => c.innerText.trim()));
+  out[t.id] = rows.map(r => Array.from(r.cells).map(c => [c.dataset.value ?? null, c.textContent.trim()]));
 }
 return out;
 """
@@ -278,7 +498,9 @@ def render(driver, page, screenshot):
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(screenshot, Path(keep) / screenshot.name)
-    return {"tables": driver.execute_script(TABLES_JS), "requested": requested,
+    cells = {tid: [[tuple(c) for c in r] for r in rows if r] for tid, rows in driver.execute_script(TABLES_JS).items()}
+    return {"cells": cells, "requested": requested,
+            "tables": {tid: [[v if v is not None else txt for v, txt in r] for r in rows] for tid, rows in cells.items()},
             "images": driver.execute_script("return Array.from(document.images).map(i => [i.complete, "
                                             "i.naturalWidth, i.src.slice(0, 22)])"),
             "sections": driver.execute_script("return Array.from(document.querySelectorAll('section')).map(s => s.id)"),
@@ -331,8 +553,14 @@ def check_options(t, s, out):
     f = rows_by_first(t, "options-flips")
     assert set(f) == set(s["flips"])
     for name, x in s["flips"].items():
-        assert f[name][1:7] == [shown(x[k]) for k in ("flips", "gains", "losses", "net", "n_discordant",
+        assert f[name][2:8] == [shown(x[k]) for k in ("flips", "gains", "losses", "net", "n_discordant",
                                                       "mcnemar_p")], name
+    # in the run's config order (letters fwd/rev first), the primary comparison marked
+    cfg = json.loads((out / "options" / "config.json").read_text())
+    listed = [f"{a} vs {b}" for a, b in cfg["config"]["options_comparisons"]]
+    assert [r[0] for r in t["options-flips"]] == listed
+    assert [r[0] for r in t["options-flips"] if r[1] == "primary"] == ["list_letter_fwd vs list_letter_rev"] == \
+        listed[:1]
     # the 2x2 matrices, recounted here from records.jsonl, and their off-diagonal against summary.json
     records = [json.loads(l) for l in (out / "options" / "records.jsonl").read_text().splitlines() if l.strip()]
     for space, a, b in (("letter", "list_letter_fwd", "list_letter_rev"), ("text", "list_text_fwd", "list_text_rev")):
@@ -443,6 +671,7 @@ def check_page(browser, page, out, tmp_path, tag):
     assert got["images"] and all(done and width > 0 for done, width, _ in got["images"]), got["images"]
     assert got["errors"] == 0, "a section fell back to the generic table on real evidence"
     assert got["sections"] == list(CHECKS), got["sections"]
+    assert_numbers_rounded(got["cells"])      # every number shown rounded, its exact value kept in data-value
     for name, check in CHECKS.items():
         summary = json.loads((out / name / "summary.json").read_text())
         check(got["tables"], summary, out)
@@ -450,6 +679,7 @@ def check_page(browser, page, out, tmp_path, tag):
     return got
 
 
+@pytest.mark.slow
 def test_report_written_by_run_py(smoke_run, browser, tmp_path):
     out, proc = smoke_run
     page = out / "report.html"
@@ -458,6 +688,7 @@ def test_report_written_by_run_py(smoke_run, browser, tmp_path):
     check_page(browser, page, out, tmp_path, "run-py")
 
 
+@pytest.mark.slow
 def test_report_cli_on_a_copy_of_the_evidence(smoke_run, browser, tmp_path):
     src, _ = smoke_run
     out = tmp_path / "O"
@@ -472,6 +703,7 @@ def test_report_cli_on_a_copy_of_the_evidence(smoke_run, browser, tmp_path):
             parse_tables((src / "report.html").read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_network_check_catches_an_external_resource(browser, tmp_path):
     """The request log is what the page tests rely on; it must see a fetch when there is one."""
     page = tmp_path / "leaky.html"

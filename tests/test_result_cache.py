@@ -12,10 +12,12 @@ import sys
 
 import pytest
 
-from config import CONFIG
+import config
 from conftest import REPO, run_cli
 from experiments import result_cache
 from experiments.result_cache import ResultCache, cache_key, run_identity
+
+CONFIG = config.effective(("shared", "protocol"))    # the protocol experiment's effective config
 
 BASE_CONFIG = {"dtype": "float32", "attn_implementation": "eager", "threads": 2, "device": "cpu", "batch_size": 1,
                "max_input_tokens": 512, "target_delimiter": " ", "num_fewshot": 0, "tie_rule": "first",
@@ -80,14 +82,89 @@ def test_key_is_stable_under_dict_order():
     assert cache_key(other, dict(reversed(list(BASE_ITEM.items())))) == cache_key(run, BASE_ITEM)
 
 
-def test_scoring_config_is_run_identitys():
-    """The cache's scoring-config part is exactly run.py's run_identity scoring config (the scorer is separate)."""
+def protocol_context(tmp_path, no_cache=False):
+    """The Context run.py builds for the protocol experiment (run.context_for), on fake verified inputs."""
     import run as run_py
+    from experiments import protocol
+    from experiments.context import Inputs
+    from experiments.evidence import Stages
 
+    argv = ["--cache", str(tmp_path), "--out", str(tmp_path / "o"), "--smoke"] + (["--no-cache"] if no_cache else [])
+    args = run_py.parse_args(argv)
+    inputs = Inputs(cache=tmp_path, model_dir=tmp_path / "m", model_identity={"id": "m", "model_sha256": "m" * 64,
+                                                                              "tokenizer_sha256": "t" * 64},
+                    data_id="fixture-sentiment", parquet_path=tmp_path / "p", data_content_sha256="d" * 64)
+    return run_py.context_for(protocol, args, inputs, run_py.options_of(args), Stages())
+
+
+def test_scoring_config_is_run_identitys(tmp_path):
+    """The cache's scoring-config part is exactly run.py's identity.json scoring config (the scorer is separate):
+    the protocol's effective config, its sections named in config_sections."""
+    import run as run_py
+    from experiments import protocol
+    from experiments.context import Result
+
+    ctx = protocol_context(tmp_path)
     env = {"git_commit": None, "git_dirty": None, "code_sha256": "c", "versions": {}}
-    ident = run_py.run_identity(env, CONFIG, {"model_sha256": "m", "tokenizer_sha256": "t"},
-                                {"content_sha256": "d"}, {"prompt_template_sha256": "p", "config": {}})
-    assert result_cache.scoring_config(CONFIG) == ident["scoring_config"]
+    result = Result(config={}, records=[], summary={}, headline="", token_stats={}, prompt_template_sha256="p")
+    ident = run_py.run_identity(env, ctx, protocol.CONFIG_SECTIONS, result)
+    assert result_cache.scoring_config(ctx.config) == ident["scoring_config"] == ctx.config
+    assert ident["config_sections"] == ["shared", "protocol"]
+    assert not any(k.startswith(("harness_", "options_", "mctaco_", "extraction_")) for k in ident["scoring_config"])
+
+
+def test_other_sections_do_not_touch_protocol_scores_but_its_own_do(tmp_path, monkeypatch):
+    """Through the identity computation run.py uses (run.context_for -> result_cache.open_for): a score stored
+    under today's config is served after a harness / options / mctaco / extraction setting changes, and missed
+    after a shared or protocol setting changes."""
+    from experiments import evidence, protocol
+
+    code = evidence.code_sha256()     # computed once: other files of the working tree may change meanwhile
+    monkeypatch.setattr(evidence, "code_sha256", lambda: code)
+
+    def stored_score():
+        ctx = protocol_context(tmp_path)
+        cache = result_cache.open_for(ctx, "independent-parity", protocol.prompt_template_sha256(ctx.config))
+        try:
+            return cache.get(BASE_ITEM)
+        finally:
+            cache.close()
+
+    ctx = protocol_context(tmp_path)
+    cache = result_cache.open_for(ctx, "independent-parity", protocol.prompt_template_sha256(ctx.config))
+    with cache.batch():
+        cache.put(BASE_ITEM, -1.25)
+    cache.close()
+    assert stored_score() == -1.25
+    for section, key, value in (("harness", "harness_batch_size", 99), ("options", "options_letters", ["X", "Y"]),
+                                ("mctaco", "mctaco_prompt", "{answer}?"), ("extraction", "extraction_max_new_tokens", 3)):
+        monkeypatch.setitem(config.CONFIG[section], key, value)
+        assert stored_score() == -1.25, key
+    for section, key, value in (("protocol", "tie_rule", "last index wins"), ("shared", "max_input_tokens", 256)):
+        with monkeypatch.context() as m:
+            m.setitem(config.CONFIG[section], key, value)
+            assert stored_score() is None, key
+    assert stored_score() == -1.25
+    assert result_cache.open_for(protocol_context(tmp_path, no_cache=True), "independent-parity", "p") is None
+
+
+def test_code_hash_excludes_config_py(tmp_path, monkeypatch):
+    """config.py is values, not code: editing it leaves the code hash alone (its values enter the identity per
+    section); editing any other scoring module changes it."""
+    from experiments import evidence
+
+    for rel in ("run.py", "config.py", "experiments/scoring.py", "harness/metrics.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"# {rel}\n")
+    monkeypatch.setattr(evidence, "REPO", tmp_path)
+    before = evidence.code_sha256()
+    (tmp_path / "config.py").write_text("CONFIG = {'harness': {'harness_batch_size': 5}}\n")
+    assert evidence.code_sha256() == before
+    for rel in ("run.py", "experiments/scoring.py", "harness/metrics.py"):
+        (tmp_path / rel).write_text("# changed\n")
+        changed = evidence.code_sha256()
+        assert changed != before, rel
+        before = changed
 
 
 def test_default_parts_are_this_process_code_hash_versions_and_platform():
@@ -203,6 +280,7 @@ def scores(out):
     return {r["idx"]: (r["independent"]["scores"], r["official"]["scores"]) for r in recs}
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_then_hits_then_recomputes_a_corrupted_row(snapshot, tmp_path):
     repo, cache = snapshot
     out = tmp_path / "out"
@@ -233,6 +311,7 @@ def test_killed_run_resumes_then_hits_then_recomputes_a_corrupted_row(snapshot, 
     assert summary["agreement"]["max_abs_diff"] == 0.0   # still bit-exact against lm-eval (which recomputed)
 
 
+@pytest.mark.slow
 def test_no_cache_and_fast_and_a_code_change_all_recompute(snapshot, tmp_path):
     repo, cache = snapshot
     proc = run_protocol(repo, cache, tmp_path / "a", "--smoke")
@@ -265,3 +344,33 @@ def test_no_cache_and_fast_and_a_code_change_all_recompute(snapshot, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     info = cache_info(tmp_path / "d")
     assert (info["from_cache"], info["computed"]) == (0, 4)
+
+
+@pytest.mark.slow
+def test_a_harness_setting_keeps_cached_protocol_scores_and_a_protocol_setting_does_not(snapshot, tmp_path):
+    """End to end on a repository copy: run.py's protocol smoke stores 4 scores; editing the harness section of
+    config.py serves all 4 from the cache; editing the protocol section (its tie_rule text) misses all 4."""
+    repo, cache = snapshot
+    proc = run_protocol(repo, cache, tmp_path / "a", "--smoke")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert cache_info(tmp_path / "a")["written"] == 4
+    edit_config(repo, '"harness_batch_size": 4,', '"harness_batch_size": 5,')
+    proc = run_protocol(repo, cache, tmp_path / "b", "--smoke")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (cache_info(tmp_path / "b")["from_cache"], cache_info(tmp_path / "b")["computed"]) == (4, 0)
+    assert "independent scores from the result cache: 4/4" in proc.stdout
+    edit_config(repo, '"tie_rule": "first index wins', '"tie_rule": "the first index wins')
+    proc = run_protocol(repo, cache, tmp_path / "c", "--smoke")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (cache_info(tmp_path / "c")["from_cache"], cache_info(tmp_path / "c")["computed"]) == (0, 4)
+    identity = json.loads((tmp_path / "c" / "protocol" / "identity.json").read_text())
+    assert identity["scoring_config"]["tie_rule"].startswith("the first index wins")
+    assert "harness_batch_size" not in identity["scoring_config"]
+    assert scores(tmp_path / "a") == scores(tmp_path / "b") == scores(tmp_path / "c")
+
+
+def edit_config(repo, old, new):
+    path = repo / "config.py"
+    text = path.read_text()
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new))

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import audit
+from evidence_audit.rules.extraction import EXT_REVIEW_KEYS, ext_review
 from experiments.review_page import ITEM_KEYS, SHEET_FORMAT, build_review_page
 
 PREREG_SHA = "ab" * 32
@@ -35,17 +35,20 @@ def page_items():
             for p, i, l, s, a, f in ITEMS]
 
 
-def write_page(tmp_path, prereg=PREREG_SHA):
-    page = build_review_page(page_items(), {"experiment": "extraction", "split": "dev",
-                                            "preregistration_sha256": prereg, "max_new_tokens": 32,
-                                            "labels": LABELS})
+def page_meta(split="dev"):
+    return {"experiment": "extraction", "split": split, "preregistration_sha256": PREREG_SHA, "max_new_tokens": 32,
+            "labels": LABELS}
+
+
+def write_page(tmp_path, items=None):
+    page = build_review_page(items or page_items(), page_meta())
     path = tmp_path / "review.html"
     path.write_text(page, encoding="utf-8")
     return path, page
 
 
 def synthetic_evidence():
-    """config.json / records.jsonl content that the page's items belong to (for audit.ext_review)."""
+    """config.json / records.jsonl content that the page's items belong to (for the audit's ext_review)."""
     regex_correct = {17: 1, 4: 1, 9: 0}
     regex_pred = {17: "negative", 4: "positive", 9: "positive"}
     records = []
@@ -77,6 +80,36 @@ def test_page_is_self_contained_and_shows_no_scores(tmp_path):
                           "preregistration_sha256": PREREG_SHA, "max_new_tokens": 32, "labels": LABELS})
 
 
+def review_data(page):
+    blocks = re.findall(r'<script type="application/json" id="review-data">(.*?)</script>', page, re.S)
+    assert len(blocks) == 1
+    return json.loads(blocks[0])
+
+
+# Every placeholder the page has ever used, Jinja2 syntax, and HTML that would end the data block.
+HOSTILE = ("__TITLE__ __DATA__ __STANCES__ {{ title }} {{ data_json }} {{ stances_json }} {% raw %} {# c #} "
+           "{% endraw %} </script><script>alert(1)</script> <!-- <b>bold</b> &amp; &lt; \u2028 ${DATA}")
+
+
+def test_answers_with_placeholders_and_html_stay_data(tmp_path):
+    """The page is filled in one pass: what an answer or a review contains is never read as template text."""
+    hostile = [{**it, "answer": HOSTILE + it["answer"], "sentence": HOSTILE, "answer_sha256": sha(HOSTILE)}
+               for it in page_items()]
+    _, plain_page = write_page(tmp_path)
+    _, page = write_page(tmp_path, hostile)
+    assert review_data(page)["items"] == hostile                        # the exact text, back out of the JSON
+    data_block = re.compile(r'(id="review-data">).*?(</script>)', re.S)
+    assert data_block.sub(r"\1\2", page) == data_block.sub(r"\1\2", plain_page)  # nothing else moved
+    assert "<script>alert(1)" not in page and page.count("<script") == 3
+    assert page.count("<title>Extraction review: 3 pre-registered items (dev)</title>") == 1
+
+
+def test_title_is_html_escaped():
+    page = build_review_page(page_items(), page_meta(split="<i>dev</i> & co"))
+    assert "<title>Extraction review: 3 pre-registered items (&lt;i&gt;dev&lt;/i&gt; &amp; co)</title>" in page
+    assert "<i>dev" not in page
+
+
 # ---- the sheet in audit.py ---------------------------------------------------------------------------------------
 
 def blank_sheet():
@@ -93,9 +126,9 @@ def test_audit_refuses_blank_sheet_with_every_missing_field(tmp_path):
     cfg, records = synthetic_evidence()
     p = tmp_path / "sheet.json"
     p.write_text(json.dumps(blank_sheet()))
-    figures, problems = audit.ext_review(p, cfg, records)
+    figures, problems = ext_review(p, cfg, records)
     assert figures["refused"] is True
-    assert all(figures[k] is None for k in audit.EXT_REVIEW_KEYS if k != "sheet")
+    assert all(figures[k] is None for k in EXT_REVIEW_KEYS if k != "sheet")
     assert len(problems) == 2 + 3 * 5                     # reviewer name + time, five fields per item
     assert "reviewer.name: blank" in problems
     assert "position 3 (idx 9) reason: blank" in problems
@@ -109,7 +142,7 @@ def test_audit_refuses_sheet_of_another_sample(tmp_path):
     sheet["items"][1]["answer_sha256"] = "0" * 64
     p = tmp_path / "sheet.json"
     p.write_text(json.dumps(sheet))
-    figures, problems = audit.ext_review(p, cfg, records)
+    figures, problems = ext_review(p, cfg, records)
     assert figures["refused"] and any("preregistration_sha256" in x for x in problems)
     assert any("position 2 (idx 4) answer_sha256" in x for x in problems)
 
@@ -205,6 +238,7 @@ def fill_item(drv, pos, values):
     drv.find_element(By.ID, f"item-{pos}-reason").send_keys(values["reason"])
 
 
+@pytest.mark.slow
 def test_review_page_round_trip_in_chromium(tmp_path, browser):
     from selenium.webdriver.common.by import By
 
@@ -246,7 +280,7 @@ def test_review_page_round_trip_in_chromium(tmp_path, browser):
 
     # audit.py refuses the partly blank sheet, naming exactly the missing fields of item 3
     cfg, records = synthetic_evidence()
-    figures, problems = audit.ext_review(first, cfg, records)
+    figures, problems = ext_review(first, cfg, records)
     assert figures["refused"] and figures["disagreement_rate"] is None
     assert problems == [f"position 3 (idx 9) {f}: blank" for f in ("final_stance", "content_correct",
                                                                    "format_compliant", "reference_disputed",
@@ -270,7 +304,7 @@ def test_review_page_round_trip_in_chromium(tmp_path, browser):
     second, sheet2 = wait_download(downloads, tmp_path / "sheet-2.json")
     assert sheet2["reviewer"] == sheet["reviewer"]
     assert sheet2["items"][:2] == sheet["items"][:2]                          # the round trip changed nothing
-    figures, problems = audit.ext_review(second, cfg, records)
+    figures, problems = ext_review(second, cfg, records)
     assert problems == [] and figures["refused"] is False
     assert figures["n_reviewed"] == 3 and figures["n_decidable_undisputed"] == 2
     assert figures["disagreement_rate"] == 0.0 and figures["false_positives"] == 0
@@ -284,3 +318,45 @@ def test_review_page_round_trip_in_chromium(tmp_path, browser):
     drv.find_element(By.ID, "import-file").send_keys(str(other))
     wait_for(lambda: "refused" in drv.find_element(By.ID, "status").text, what="the refusal")
     assert field_state(drv) == before
+
+
+def progress_counts(text):
+    """(fields, entries) the progress line announces, after checking that its list adds up to exactly that."""
+    m = re.fullmatch(r"Incomplete: (\d+) missing fields? in (\d+) entr(?:y|ies)\. (.*)\.", text, re.S)
+    assert m, text
+    n_fields, n_entries, parts = int(m[1]), int(m[2]), m[3].split("; ")
+    more_entries = more_fields = 0
+    if parts[-1].startswith("and "):
+        more = re.fullmatch(r"and (\d+) more entr(?:y|ies) \((\d+) fields?\)", parts.pop())
+        more_entries, more_fields = int(more[1]), int(more[2])
+    listed_fields = sum(len(p.split(": ", 1)[1].split(", ")) for p in parts)
+    assert (listed_fields + more_fields, len(parts) + more_entries) == (n_fields, n_entries), text
+    return n_fields, n_entries
+
+
+@pytest.mark.slow
+def test_progress_counts_what_it_lists(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+
+    drv, downloads = browser
+    path, _ = write_page(tmp_path)
+    drv.get(path.as_uri())
+    progress = lambda: drv.find_element(By.ID, "progress").text  # noqa: E731
+    assert progress() == ("Incomplete: 17 missing fields in 4 entries. reviewer: name, time; "
+                          + "; ".join(f"item {p} (idx {i}): final stance, content correct, format compliant, "
+                                      "reference label disputed, reason" for p, i, *_ in ITEMS) + ".")
+    assert progress_counts(progress()) == (17, 4)
+    fill_item(drv, 1, FILL[1])
+    drv.find_element(By.ID, "reviewer-name").send_keys("R")
+    assert progress_counts(progress()) == (11, 3)
+    drv.find_element(By.ID, "export").click()
+    wait_download(downloads, tmp_path / "sheet.json")
+    assert "INCOMPLETE sheet (11 missing fields in 3 entries)" in drv.find_element(By.ID, "status").text
+
+    many = [{"position": p, "idx": 100 + p, "label_name": LABELS[p % 2], "sentence": f"s{p}", "answer": "a",
+             "finish_reason": "eos", "generated_tokens": 2, "sentence_sha256": sha(f"s{p}"), "answer_sha256": sha("a")}
+            for p in range(1, 9)]
+    path, _ = write_page(tmp_path, many)
+    drv.get(path.as_uri())
+    assert progress_counts(progress()) == (42, 9)            # 2 reviewer fields + 8 items x 5, listed 6 + "3 more"
+    assert progress().endswith("; and 3 more entries (15 fields).")

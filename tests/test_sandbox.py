@@ -178,7 +178,11 @@ ATTACKS = {
 }
 
 
-@pytest.mark.parametrize("name", list(ATTACKS))
+SLOW_ATTACKS = {"deep recursion"}  # runs until the CPU limit
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_ATTACKS else n
+                                  for n in ATTACKS])
 def test_attack_scores_zero(name, world):
     code, arg, expected = ATTACKS[name]
     arg = {"outside": str(world["outside"]), "canary": str(world["canary"]), None: 0}[arg]
@@ -190,6 +194,7 @@ def test_attack_scores_zero(name, world):
     assert not Path("/tmp/harness-sandbox-escape.txt").exists()
 
 
+@pytest.mark.slow  # waits for a limit to run out
 def test_infinite_loop_is_stopped(world):
     t0 = time.monotonic()
     score, details = run("def f(x):\n    while True:\n        pass\n", [[1, 1]])
@@ -198,6 +203,7 @@ def test_infinite_loop_is_stopped(world):
     assert "CPU limit" in details["error"] or details["timed_out"], details
 
 
+@pytest.mark.slow  # waits for a limit to run out
 def test_sleep_is_stopped_by_the_wall_clock(world):
     t0 = time.monotonic()
     score, details = run("import time\ndef f(x):\n    time.sleep(1000)\n    return 1\n", [[1, 1]], wall_s=1.5)
@@ -205,6 +211,7 @@ def test_sleep_is_stopped_by_the_wall_clock(world):
     assert time.monotonic() - t0 < 4
 
 
+@pytest.mark.slow  # waits for a limit to run out
 def test_signal_tricks_do_not_outlive_the_limits(world):
     code = """
         import os, signal
@@ -242,6 +249,7 @@ def test_killing_the_parent_fails(world):
     assert score == 0.0 and received == [], details
 
 
+@pytest.mark.slow  # waits for socket timeouts
 def test_tcp_and_udp_to_localhost_receive_nothing(world):
     tcp = socket.socket()
     tcp.bind(("127.0.0.1", 0))
@@ -392,6 +400,26 @@ def test_isolation_layers_used_here():
     iso = details["isolation"]
     assert iso["mode"] == "namespaces" and iso["network"] == "netns" and iso["uid"] == NOBODY
     assert {"netns", "mountns+chroot", "uid-nobody", "rlimits"} <= set(iso["layers"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the namespaces mode needs root")
+def test_ctypes_works_but_privileged_syscalls_fail():
+    """What sandbox.py says about ctypes: importable (jail.py loaded it), libc callable, and as uid nobody with no
+    capabilities unshare, setuid and chroot fail with EPERM."""
+    code = """
+        import ctypes, errno
+        def f(x):
+            libc = ctypes.CDLL(None, use_errno=True)
+            out = {"getuid": libc.getuid()}
+            for name, call in [("unshare", lambda: libc.unshare(0x40000000)), ("setuid", lambda: libc.setuid(0)),
+                               ("chroot", lambda: libc.chroot(b"/"))]:
+                ret = call()
+                out[name] = [ret, errno.errorcode.get(ctypes.get_errno())]
+            return out
+        """
+    expected = {"getuid": NOBODY, "unshare": [-1, "EPERM"], "setuid": [-1, "EPERM"], "chroot": [-1, "EPERM"]}
+    score, details = run(code, [[0, expected]], mode="namespaces")
+    assert score == 1.0, details
 
 
 LANDLOCK_ATTACKS = ["read /etc/passwd", "read the canary", "write outside (absolute)", "environment variables",

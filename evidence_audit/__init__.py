@@ -1,0 +1,58 @@
+"""Recompute every claim in an evidence directory written by run.py, from the evidence alone (audit.py is its CLI).
+
+    python audit.py O                              # arithmetic level (stdlib only, no model, no private files)
+    python audit.py O --tokens                     # + identity level: private texts, tokenizer, data parquet
+    python audit.py O --tokens --forward           # + forward level: audit.py's own Llama forward pass
+    python audit.py O --mutations                  # self-test: tamper with copies of O, each must be caught
+    python audit.py O --review SHEET               # + import a filled extraction review sheet (human audit)
+
+Options: --cache C (prepared cache; default: two levels above config.json's model.dir), --experiment NAME (audit
+only NAME; repeatable), --report PATH (default O/audit.json, or O/audit.mutations.json with --mutations), --threads
+N (torch threads for --forward, default 1), --strict (a requested check that had to be skipped exits 1).
+The report on stdout has one line per check group; the JSON report holds every check and every failure message.
+
+Levels (each reported separately, per experiment and per check group, with the number of items checked):
+  arithmetic  recomputes predictions (first index wins ties), correctness, accuracies, counts, the constant-class
+              baseline, agreement figures, lm-eval's per-item acc, the item-selection rule, token counts and every
+              value in summary.json from records.jsonl + config.json. Needs nothing but O.
+  identity    (--tokens) re-hashes the private sentences and prompts, rebuilds each prompt from the template in
+              config.json, re-tokenises context and context+candidate with the cached tokenizer.json (no special
+              tokens) and checks candidate ids, start boundaries and the context-prefix property; recomputes
+              lm-eval's doc_hash; when the data parquet is in the cache, checks row count, content hash, and each
+              item's sentence and label against it.
+  forward     (--forward, implies --tokens) recomputes every candidate score with the minimal Llama forward pass
+              in evidence_audit/forward.py (torch + safetensors only) and compares with both recorded paths.
+
+What this does not prove (limits, stated honestly):
+  - audit.py is independent code, not an independent measurement: the forward level re-runs the same weights from
+    the cache, and passes if they reproduce the recorded scores within FORWARD_TOL. It cannot tell whether those
+    weights are the right ones beyond comparing their sha256 with the one identity.json records.
+  - Wall times and peak RSS in stages.json are measurements; they are sanity-checked (non-negative, RSS
+    non-decreasing, the experiment's stage times adding up to no more than its total), not recomputed. The commit,
+    dirty flag, code hash and library versions in identity.json are compared with environment.json, not recomputed.
+  - Without private texts the sentence/prompt hashes are only checked for internal consistency; an edit of a score
+    that keeps every derived figure consistent (e.g. swapping the score lists of two items with the same
+    prediction) is only caught by the forward level. Skipped checks are reported as SKIPPED with the reason,
+    never as passed.
+  - lm-eval's doc_hash is recomputed with lm-eval 0.4.9.2's definition (sha256 of json.dumps(doc, indent=2,
+    ensure_ascii=False)) and the GLUE SST-2 column order (sentence, label, idx), duplicated here on purpose.
+  - config.json n_rows only matters to the arithmetic level through the selection it produces: a value that leaves
+    the selected idx unchanged is caught only by the identity level's data check (the parquet's row count).
+  - Experiments with no rule in evidence_audit.rules.RULES are reported as FAIL ("no audit rule"), never passed.
+  - The mutation self-test reuses forward results across its copies (keyed by model file and exact token ids; a
+    forward pass is a pure function of both), otherwise it would re-run the model once per mutation.
+
+The audit (audit.py and this package) imports nothing from the rest of the repository (run, experiments, harness,
+report, bench, resources, config, adapter) and nothing from lm_eval: every rule it checks is written out again in
+this package, on purpose. The arithmetic level uses only the standard
+library; torch, tokenizers, safetensors and pyarrow are imported inside the deeper levels only.
+
+Exit codes: 0 every claim recomputes; 1 a check failed (the message names the item idx and the field); 2 the
+evidence is unreadable (missing O, unparseable JSON: the message names the file and line; no report is written).
+With --strict, a requested check that had to be skipped also exits 1.
+
+Modules (reading order): reading (strict evidence reading), checks (the check/result model and the report),
+definitions (rules written again on purpose), shared (check groups every experiment runs), tokens (identity
+level), forward (forward level), fast_mode (run.py --fast figures), rules/ (one module per experiment),
+driver (audit one directory), mutations (the self-test), cli (argparse).
+"""

@@ -1,0 +1,132 @@
+"""The check/result model and the report.
+
+A check group is one row: experiment, level, check name, items checked, PASS/FAIL/SKIPPED, every failure message
+(the first is printed). Failure messages start with the item ("idx 100") or the file, then the field. `expect` and
+`compare_tree` are the two ways a rule compares a recorded claim with the value recomputed from the evidence.
+"""
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+MISSING = type("Missing", (), {"__repr__": lambda self: "<missing>"})()   # a claim that is absent from the evidence
+
+def get(obj, dotted):
+    """obj['a']['b'] for 'a.b', or MISSING: a missing claim compares unequal to any recomputed value."""
+    for part in dotted.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return MISSING
+        obj = obj[part]
+    return obj
+
+
+def same(a, b):
+    """Equality that does not let JSON's true pass for 1 (Python's True == 1) and compares containers deeply."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def cut(text, n):
+    """text, or its first n - 1 characters and an ellipsis: a cut is always visible."""
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def short(v, n=120):
+    """repr(v) for a message, cut to n characters (with an ellipsis when cut)."""
+    return cut(repr(v), n)
+
+
+# ---- check bookkeeping -------------------------------------------------------------------------------------------
+# One row per check group: what was checked, on how many items, PASS/FAIL/SKIPPED, every failure message (the first
+# is printed). Failure messages start with the item ("idx 100") or the file, then the field.
+
+class Checks:
+    """The rows of one audit, in the order the rules record them."""
+
+    def __init__(self):
+        self.rows = []
+
+    def add(self, experiment, level, check, items, failures, note=""):
+        """A check group that ran on `items` items: PASS without failures, else FAIL with every message."""
+        self.rows.append({"experiment": experiment, "level": level, "check": check, "items": items,
+                          "status": "FAIL" if failures else "PASS", "n_failures": len(failures),
+                          "first_failure": failures[0] if failures else None, "failures": failures[:200],
+                          "note": note})
+
+    def skip(self, experiment, level, check, reason, requested=True):
+        """A check group that could not run (`reason`); `requested` says whether the user asked for it (--strict
+        turns a requested skip into exit 1)."""
+        self.rows.append({"experiment": experiment, "level": level, "check": check, "items": 0,
+                          "status": "SKIPPED", "n_failures": 0, "first_failure": None, "failures": [],
+                          "note": reason, "requested": requested})
+
+
+def expect(bad, where, field, recorded, recomputed, why=""):
+    """Append "<where> <field>: recorded X, recomputed Y (why)" to `bad` unless the two are the same."""
+    if not same(recorded, recomputed):
+        bad.append(f"{where} {field}: recorded {short(recorded)}, recomputed {short(recomputed)}"
+                   + (f" ({why})" if why else ""))
+
+
+def compare_tree(bad, where, recorded, expected, prefix=""):
+    """Every leaf of `recorded` must equal `expected`; a recorded key audit.py cannot recompute is a failure too."""
+    if isinstance(expected, dict) and isinstance(recorded, dict):
+        for k in expected:
+            compare_tree(bad, where, recorded.get(k, MISSING), expected[k], f"{prefix}{k}.")
+        for k in recorded:
+            if k not in expected:
+                bad.append(f"{where} {prefix}{k}: recorded {short(recorded[k])} is a claim audit.py has no rule "
+                           "to recompute")
+        return
+    expect(bad, where, prefix.rstrip("."), recorded, expected)
+
+
+def first_failure(report):
+    """The first failed check row of a report, or None."""
+    return next((r for r in report["checks"] if r["status"] == "FAIL"), None)
+
+
+CHECK_WIDTH = 72      # the check column of the console table; audit.json holds every name in full
+
+
+def print_report(report, stream=sys.stdout):
+    """One line per check group: experiment, level, check (cut with an ellipsis to CHECK_WIDTH), items, status,
+    then the first failure (FAIL) or the note (SKIPPED, a forward-level figure, an upper-case warning)."""
+    p = lambda s="": print(s, file=stream)  # noqa: E731
+    p(f"audit of {report['evidence']} (levels requested: {', '.join(report['levels'])})")
+    p(f"{'experiment':<10} {'level':<10} {'check':<{CHECK_WIDTH}} {'items':>5}  status")
+    for r in report["checks"]:
+        line = (f"{r['experiment']:<10} {r['level']:<10} {cut(r['check'], CHECK_WIDTH):<{CHECK_WIDTH}} "
+                f"{r['items']:>5}  {r['status']}")
+        if r["status"] == "FAIL":
+            more = f" (+{r['n_failures'] - 1} more)" if r["n_failures"] > 1 else ""
+            line += f"  {r['first_failure']}{more}"
+        elif r["note"] and (r["status"] == "SKIPPED" or "max |" in r["note"] or r["note"].isupper()):
+            line += f"  {r['note']}"
+        p(line)
+    verdict = "PASS" if report["exit_code"] == 0 else "FAIL"
+    p(f"RESULT: {verdict}: {report['n_pass']} passed, {report['n_fail']} failed, {report['n_skipped']} skipped "
+      f"({report['n_skipped_requested']} of them requested but impossible here) -> exit {report['exit_code']}")
+
+
+def write_report(path, report):
+    """Temp file in the same directory + os.replace: a reader never sees half an audit.json."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1, sort_keys=True, ensure_ascii=False, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+

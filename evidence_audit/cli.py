@@ -1,0 +1,62 @@
+"""audit.py's command line: parse the flags, run the audit or the mutation self-test, print and write the report.
+Exit codes: 0 every claim recomputes, 1 a check failed, 2 the evidence is unreadable (no report is written)."""
+import argparse
+import sys
+from pathlib import Path
+
+import evidence_audit
+from evidence_audit import forward
+from evidence_audit.checks import print_report, write_report
+from evidence_audit.driver import audit
+from evidence_audit.mutations import mutation_selftest
+from evidence_audit.reading import Unreadable
+from evidence_audit.rules import extraction
+
+
+def parse_args(argv):
+    doc = evidence_audit.__doc__
+    ap = argparse.ArgumentParser(prog="audit.py", description=doc.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc.split("\n\n", 1)[1])
+    ap.add_argument("out", type=Path, help="evidence directory written by run.py --out")
+    ap.add_argument("--tokens", action="store_true", help="identity level: private texts, tokenizer, data parquet")
+    ap.add_argument("--forward", action="store_true", help="forward level (implies --tokens): recompute every score")
+    ap.add_argument("--cache", type=Path, help="prepared cache (default: two levels above config.json's model.dir)")
+    ap.add_argument("--experiment", action="append",
+                    help="audit only this experiment (repeatable); the others are reported as not selected")
+    ap.add_argument("--mutations", action="store_true", help="mutation self-test on temporary copies of OUT")
+    ap.add_argument("--report", type=Path,
+                    help="where to write the JSON report (default: OUT/audit.json, OUT/audit.mutations.json)")
+    ap.add_argument("--threads", type=int, default=forward.THREADS,
+                    help="torch threads for --forward (default: %(default)s)")
+    ap.add_argument("--strict", action="store_true", help="a requested level that had to be skipped exits 1")
+    ap.add_argument("--review", type=Path, metavar="SHEET",
+                    help="extraction: import a review sheet exported by O/private/extraction/review.html; a blank or "
+                         "partly blank sheet is refused with the list of missing fields")
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    forward.set_threads(args.threads)
+    extraction.REVIEW_SHEET = args.review
+    try:
+        if args.mutations:
+            report = mutation_selftest(args.out, args.cache)
+            default_report = args.out / "audit.mutations.json"
+        else:
+            levels = ("arithmetic",) + (("identity",) if args.tokens or args.forward else ()) \
+                + (("forward",) if args.forward else ())
+            report = audit(args.out, levels, args.cache, args.experiment)
+            if args.strict and report["n_skipped_requested"] and report["exit_code"] == 0:
+                report["exit_code"] = 1
+            print_report(report)
+            if args.review is not None:
+                extraction.ext_print_review(report)
+            default_report = args.out / "audit.json"
+    except Unreadable as e:
+        print(f"error: unreadable evidence: {e}", file=sys.stderr)
+        return 2
+    path = args.report or default_report
+    write_report(path, report)
+    print(f"report: {path}")
+    return report["exit_code"]

@@ -1,0 +1,60 @@
+"""Audit one evidence directory: find its experiments, run each one's rule, collect the report dict."""
+from pathlib import Path
+
+from evidence_audit.checks import Checks
+from evidence_audit.reading import Unreadable
+from evidence_audit.rules import RULES
+
+AUDIT_FORMAT = 1
+A = "arithmetic"
+
+
+def audit(out, levels=("arithmetic",), cache=None, only=None):
+    """Audit every experiment directory under `out` (or those named in `only`; the rest are reported as SKIPPED).
+    Returns the report dict; raises Unreadable (exit 2)."""
+    out = Path(out)
+    if not out.is_dir():
+        raise Unreadable(f"{out}: no such evidence directory; run: python run.py --cache CACHE --out {out}")
+    C = Checks()
+    experiments = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")
+                         and p.name != "private")
+    if not experiments:
+        C.add("-", A, "experiment directories", 0, [f"{out}: no experiment directory to audit"])
+    if not (out / "environment.json").exists():
+        C.add("-", A, "required files", 1, [f"{out}/environment.json: missing"])
+    info = {}
+    for name in experiments:
+        if only and name not in only:
+            C.skip(name, "-", "(whole experiment)", "not selected (--experiment)", requested=False)
+        elif name not in RULES:
+            C.add(name, A, "audit rule", 0, [f"{name}/: no audit rule for this experiment; its claims are NOT "
+                                             "verified (add one to RULES in evidence_audit/rules)"])
+        else:
+            info[name] = RULES[name](C, name, out, levels, cache)
+    stray_evidence(C, out, experiments, only)
+    status = [r["status"] for r in C.rows]
+    skipped_requested = [r for r in C.rows if r["status"] == "SKIPPED" and r.get("requested", True)]
+    return {"audit_format": AUDIT_FORMAT, "evidence": str(out), "levels": list(levels),
+            "cache": str(cache) if cache else None, "experiments": experiments, "checks": C.rows,
+            "n_pass": status.count("PASS"), "n_fail": status.count("FAIL"), "n_skipped": status.count("SKIPPED"),
+            "n_skipped_requested": len(skipped_requested), "details": info,
+            "exit_code": 1 if "FAIL" in status else 0}
+
+
+def stray_evidence(C, out, experiments, only):
+    """Failed rows for what no rule covers: an --experiment with no directory, private files with no public
+    evidence, and a run.py FAILED.json (a failed run installs no evidence, but says so)."""
+    selected = lambda name: not only or name in only      # noqa: E731
+    for name in only or []:
+        if name not in experiments:
+            C.add(name, A, "experiment directory", 0, [f"{out}/{name}: no such experiment directory"])
+    private = sorted(p.name for p in (out / "private").iterdir() if p.is_dir()) if (out / "private").is_dir() else []
+    for name in private:
+        if name not in experiments and selected(name):
+            C.add(name, A, "private evidence", 0,
+                  [f"private/{name}/: private files for an experiment with no public evidence"])
+    for failed in sorted(out.glob("*.FAILED.json")):
+        name = failed.name[:-len(".FAILED.json")]
+        if selected(name):
+            C.add(name, A, "run outcome", 0,
+                  [f"{failed.name}: run.py recorded a failed run of this experiment (see that file)"])

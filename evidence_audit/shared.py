@@ -1,0 +1,419 @@
+"""The check groups every experiment runs, whatever it measures.
+
+Each group is either a function that records its own row (C.add / C.skip) under a fixed check name, or, where every
+experiment already has a row name of its own ("config consistency (...)", "stages.json token counts ..."), a
+function that appends problems to the list the rule reports under that name. The rule modules call them in this
+order: required files, config consistency (split, selection settings, model, identity.json), environment.json,
+record shape, selection rule, the experiment's own recomputations, summary.json, stages.json (then the deeper levels
+through deeper_levels). Each function's docstring names the row it records or the row its problems belong to.
+"""
+import json
+from dataclasses import dataclass, field
+
+from evidence_audit.checks import MISSING, compare_tree, expect, get, short
+from evidence_audit.definitions import SPLITS, argmax_first, is_int, is_num, select_items
+from evidence_audit.reading import REQUIRED, EVIDENCE_KEYS, resolve_cache, sha256_text
+
+A = "arithmetic"
+CONFIG_SECTIONS = ("shared", "protocol", "options", "mctaco", "extraction", "harness")   # config.py's sections
+# identity.json: fields recomputed from config.json, and facts about the producing code (checked against
+# environment.json by environment_check; the evidence itself cannot recompute them)
+IDENTITY_RECOMPUTED = {"model_sha256", "tokenizer_sha256", "data_content_sha256", "prompt_template_sha256",
+                       "scoring_config", "scoring_config_sha256", "official_config_sha256",
+                       "official_task_config_sha256", "config_sections"}
+IDENTITY_DECLARED = {"git_commit", "git_dirty", "code_sha256", "versions"}
+STAGE_SUM_SLACK_S = 0.01    # rounding of the recorded stage times (4 decimals each)
+# one candidate of a multiple-choice record (protocol, MC-TACO)
+CANDIDATE_FIELDS = {"text": lambda v: isinstance(v, str), "start": is_int,
+                    "token_ids": lambda v: isinstance(v, list) and len(v) > 0 and all(is_int(t) for t in v)}
+
+
+def config_block(cfg):
+    """config.json's `config` block: the effective settings the experiment ran with ({} when absent)."""
+    return cfg.get("config") if isinstance(cfg.get("config"), dict) else {}
+
+
+# ---- required files ------------------------------------------------------------------------------------------------
+
+def required_files(C, name, ev, extra=(), check="required files"):
+    """Row `check`: the five files of O/<name>/ and O/environment.json, plus `extra` ((path relative to O/<name>,
+    present) pairs). Returns True when config.json and records.jsonl are there, i.e. the level can go on."""
+    missing = ([] if ev.get("environment") is not None else ["../environment.json"])
+    missing += [f for f, k in zip(REQUIRED, EVIDENCE_KEYS) if ev[k] is None]
+    missing += [path for path, present in extra if not present]
+    C.add(name, A, check, len(REQUIRED) + 1 + len(extra),
+          [f"{name}/{f}: missing (run.py writes it; the evidence is incomplete)" for f in missing])
+    return ev["config"] is not None and ev["records"] is not None
+
+
+# ---- config.json ---------------------------------------------------------------------------------------------------
+
+def split_problems(bad, name, cfg, splits=SPLITS):
+    """config.json names this experiment and a known split; returns the split."""
+    split = cfg.get("split")
+    if split not in splits:
+        bad.append(f"config.json split: {short(split)} is not one of {splits}")
+    expect(bad, "config.json", "experiment", cfg.get("experiment", MISSING), name)
+    return split
+
+
+def model_problems(bad, cfg):
+    """config.json's model block is the model the effective config names."""
+    expect(bad, "config.json", "model.id", get(cfg, "model.id"), config_block(cfg).get("model", MISSING))
+
+
+def hash_selection_problems(bad, cfg):
+    """The hash selection settings in config.json: the split is restated consistently, the selection block repeats
+    the effective config, the counts are usable, and the data is the configured one."""
+    conf, split = config_block(cfg), cfg.get("split")
+    sel = cfg.get("selection") if isinstance(cfg.get("selection"), dict) else {}
+    expect(bad, "config.json", "selection.split", sel.get("split", MISSING), split)
+    expect(bad, "config.json", "confirmation_items_scored", cfg.get("confirmation_items_scored", MISSING),
+           split == "confirm", "must be true exactly when split is confirm")
+    for sel_key, conf_key in (("salt", "selection_salt"), ("n_dev", "n_dev"), ("n_confirm", "n_confirm"),
+                              ("n_smoke", "n_smoke"), ("rule", "selection_rule")):
+        expect(bad, "config.json", f"selection.{sel_key}", sel.get(sel_key, MISSING), conf.get(conf_key, MISSING),
+               f"config.{conf_key} says otherwise")
+    expect(bad, "config.json", "data", cfg.get("data", MISSING), conf.get("data", MISSING))
+    if not is_int(cfg.get("n_rows")) or cfg.get("n_rows") <= 0:
+        bad.append(f"config.json n_rows: {short(cfg.get('n_rows', MISSING))} is not a positive integer")
+    for k in ("n_dev", "n_confirm", "n_smoke"):
+        if not is_int(sel.get(k)) or sel.get(k) < 0:
+            bad.append(f"config.json selection.{k}: {short(sel.get(k, MISSING))} is not a non-negative integer")
+    if is_int(sel.get("n_smoke")) and is_int(sel.get("n_dev")) and sel["n_smoke"] > sel["n_dev"]:
+        bad.append(f"config.json selection.n_smoke: {sel['n_smoke']} > n_dev {sel['n_dev']} (smoke is a prefix of dev)")
+
+
+def restated_problems(bad, ev, split, confirmation_scored=None):
+    """summary.json restates the split (and whether confirmation items were scored); stages.json the threads."""
+    summ, stages = ev["summary"], ev["stages"]
+    if summ is not None:
+        expect(bad, "summary.json", "split", summ.get("split", MISSING), split, "config.json split")
+        if confirmation_scored is not None:
+            expect(bad, "summary.json", "confirmation_items_scored", summ.get("confirmation_items_scored", MISSING),
+                   confirmation_scored)
+    if stages is not None:
+        expect(bad, "stages.json", "threads", stages.get("threads", MISSING),
+               config_block(ev["config"]).get("threads", MISSING))
+
+
+# ---- identity.json -------------------------------------------------------------------------------------------------
+
+def identity_problems(bad, name, cfg, ident, prompt_template_sha256=None, declared=()):
+    """identity.json restates config.json: the scoring config is the whole `config` block (the effective settings
+    of the experiment's config sections) with its sha256, `config_sections` (newer evidence) names this
+    experiment's sections, model/tokenizer/data hashes are config.json's, the official config hash is recomputed,
+    and the prompt template hash when the rule can recompute it (None: it cannot at this level). `declared`
+    names fields this experiment's config.json does not restate (checked by nothing here). A field with no rule
+    at all is a failure."""
+    conf = config_block(cfg)
+    expect(bad, "identity.json", "scoring_config", ident.get("scoring_config", MISSING), conf)
+    expect(bad, "identity.json", "scoring_config_sha256", ident.get("scoring_config_sha256", MISSING),
+           sha256_text(json.dumps(conf, sort_keys=True)))
+    if "config_sections" in ident:
+        config_sections_problems(bad, name, cfg, ident["config_sections"])
+    for k, where in (("model_sha256", "model.model_sha256"), ("tokenizer_sha256", "model.tokenizer_sha256"),
+                     ("data_content_sha256", "data_content_sha256")):
+        if k not in declared:
+            expect(bad, "identity.json", k, ident.get(k, MISSING), get(cfg, where), f"config.json {where}")
+    if "official_task_config_sha256" in ident:     # older protocol evidence hashed the dumped task config only
+        dumped = get(cfg, "official.dumped_task_config")
+        expect(bad, "identity.json", "official_task_config_sha256", ident["official_task_config_sha256"],
+               sha256_text(json.dumps(dumped if isinstance(dumped, dict) else {}, sort_keys=True)),
+               "sha256 of config.json official.dumped_task_config")
+    else:
+        expect(bad, "identity.json", "official_config_sha256", ident.get("official_config_sha256", MISSING),
+               sha256_text(json.dumps(cfg.get("official"), sort_keys=True)), "sha256 of config.json official")
+    if prompt_template_sha256 is not None:
+        expect(bad, "identity.json", "prompt_template_sha256", ident.get("prompt_template_sha256", MISSING),
+               prompt_template_sha256)
+    bad += [f"identity.json {k}: a field audit.py has no rule for" for k in ident
+            if k not in IDENTITY_RECOMPUTED and k not in IDENTITY_DECLARED]
+
+
+def config_sections_problems(bad, name, cfg, sections):
+    """The config sections a score depends on: distinct config.py section names, "shared" first, the experiment's
+    own section among them; config.json says the same when it says anything."""
+    if not (isinstance(sections, list) and sections and sections[0] == "shared" and name in sections
+            and len(set(sections)) == len(sections) and all(s in CONFIG_SECTIONS for s in sections)):
+        bad.append(f"identity.json config_sections: {short(sections)} is not a list of distinct config sections "
+                   f"starting with 'shared' and naming {name!r}")
+    if "config_sections" in cfg:
+        expect(bad, "config.json", "config_sections", cfg["config_sections"], sections, "identity.json config_sections")
+
+
+def check_scoring_identity(bad, conf, ident):
+    """The scoring-config part of identity_problems alone, for the rules not yet converted to identity_problems
+    (options, extraction, MC-TACO); remove it once they are."""
+    expect(bad, "identity.json", "scoring_config", ident.get("scoring_config", MISSING), conf)
+    expect(bad, "identity.json", "scoring_config_sha256", ident.get("scoring_config_sha256", MISSING),
+           sha256_text(json.dumps(conf, sort_keys=True)))
+
+
+# ---- environment.json ----------------------------------------------------------------------------------------------
+
+def environment_check(C, name, ev):
+    """Row "environment.json (...)": the process facts identity.json restates (commit, dirty flag, code hash,
+    library versions) are environment.json's, the same run's."""
+    check = "environment.json consistency (commit, dirty, code hash, versions)"
+    env, ident = ev.get("environment"), ev["identity"]
+    if env is None or ident is None:
+        C.skip(name, A, check, "environment.json or identity.json missing (named under 'required files')")
+        return
+    bad = []
+    if not isinstance(env, dict):
+        bad.append(f"environment.json: expected a JSON object, found {type(env).__name__}")
+        env = {}
+    for k in sorted(IDENTITY_DECLARED):
+        expect(bad, "identity.json", k, ident.get(k, MISSING), env.get(k, MISSING), "environment.json says otherwise")
+    if not (isinstance(env.get("git_commit"), str) or env.get("git_commit") is None):
+        bad.append(f"environment.json git_commit: {short(env.get('git_commit'))} is not a commit id or null")
+    if not isinstance(env.get("git_dirty"), (bool, type(None))):
+        bad.append(f"environment.json git_dirty: {short(env.get('git_dirty'))} is not true, false or null")
+    C.add(name, A, check, 1, bad, note="declared facts about the producing code: compared, not recomputed")
+
+
+# ---- stages.json ---------------------------------------------------------------------------------------------------
+
+def stage_time_problems(stages):
+    """stages.json's timings: one object per stage (name, wall_s >= 0, peak RSS null or a non-decreasing
+    integer), the process-level `imports` row at most once and first, total_wall_s >= 0, and the experiment's own
+    stage times adding up to no more than its total (+ STAGE_SUM_SLACK_S for rounding). Measurements: sanity-checked,
+    not recomputed."""
+    bad, st = [], stages.get("stages")
+    if not isinstance(st, list) or not st:
+        return ["stages.json stages: missing or empty"]
+    last_rss, own = 0, 0.0
+    for k, s in enumerate(st):
+        if not (isinstance(s, dict) and isinstance(s.get("name"), str) and is_num(s.get("wall_s"))
+                and s["wall_s"] >= 0):
+            bad.append(f"stages.json stages: malformed stage {short(s, 80)}")
+            continue
+        if s["name"] == "imports" and k != 0:
+            bad.append(f"stages.json stages[{k}]: the process-level 'imports' row can only come first")
+        own += s["wall_s"] if s["name"] != "imports" else 0.0
+        rss = s.get("peak_rss_bytes_at_end")
+        if rss is not None:
+            if not is_int(rss) or rss < last_rss:
+                bad.append(f"stages.json stage {s['name']!r} peak_rss_bytes_at_end: {rss} is not a non-decreasing "
+                           f"process peak (previous {last_rss})")
+            else:
+                last_rss = rss
+    total = stages.get("total_wall_s")
+    if not (is_num(total) and total >= 0):
+        bad.append(f"stages.json total_wall_s: {short(total)} is not a non-negative number")
+    elif own > total + STAGE_SUM_SLACK_S:
+        bad.append(f"stages.json total_wall_s: {total} s, but the experiment's stages (without 'imports') add up "
+                   f"to {own:.4f} s")
+    return bad
+
+
+def stages_check(C, name, ev, tokens, n_items, check="stages.json token counts (+ sanity of timings)"):
+    """Row `check`: stages.json["tokens"] equals `tokens` (recomputed from the records by the rule; None: the
+    experiment's token counts are declared, not recomputable) and the timings pass stage_time_problems."""
+    stages = ev["stages"]
+    if stages is None:
+        C.skip(name, A, check.split(" (")[0], "stages.json missing (named under 'required files')")
+        return
+    bad = []
+    if tokens is not None:
+        compare_tree(bad, "stages.json", stages.get("tokens", MISSING), tokens, "tokens.")
+    bad += stage_time_problems(stages)
+    C.add(name, A, check, n_items, bad, note="wall times and RSS are measurements: sanity-checked, not recomputed")
+
+
+def token_span(values):
+    """{"min", "max", "total"} of a list of token counts (MISSING for no values: a claim about nothing fails)."""
+    return {"min": min(values), "max": max(values), "total": sum(values)} if values else MISSING
+
+
+# ---- record shape --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RecordShape:
+    """What one line of records.jsonl must hold, for record_problems.
+
+    fields      top-level field -> predicate (a missing field, a failing predicate and an unknown field all fail)
+    optional    fields a record may carry -> predicate (e.g. run.py --fast's "fast", recomputed elsewhere)
+    nested      object field -> {sub-field: predicate, or None for a per-candidate list checked below}
+    candidates  per-candidate object fields (exactly these), when records carry a "candidates" list
+    per_candidate_numbers / per_candidate_booleans   dotted fields holding one value per candidate
+    """
+    fields: dict
+    optional: dict = field(default_factory=dict)
+    nested: dict = field(default_factory=dict)
+    candidates: dict = None
+    per_candidate_numbers: tuple = ()
+    per_candidate_booleans: tuple = ()
+
+
+def object_problems(where, obj, fields, optional=None, prefix=""):
+    """Missing fields, fields whose predicate fails (None: no type rule here), and fields with no rule at all;
+    messages read "<where> <prefix><field>: ..."."""
+    optional = optional or {}
+    bad = [f"{where} {prefix}{k}: missing" for k in fields if k not in obj]
+    bad += [f"{where} {prefix}{k}: wrong type or empty ({short(obj[k], 60)})"
+            for k, ok in {**fields, **optional}.items() if k in obj and ok is not None and not ok(obj[k])]
+    bad += [f"{where} {prefix}{k}: a field audit.py has no rule for" for k in obj
+            if k not in fields and k not in optional]
+    return bad
+
+
+def record_problems(r, where, shape, n_choices=None):
+    """Every problem with one record's shape; messages name the record (`where`) and the field."""
+    if not isinstance(r, dict):
+        return [f"{where}: not a JSON object"]
+    bad = object_problems(where, r, shape.fields, shape.optional)
+    bad += [p for side, fields in shape.nested.items() if isinstance(r.get(side), dict)
+            for p in object_problems(where, r[side], fields, prefix=f"{side}.")]
+    if bad or shape.candidates is None:
+        return bad
+    n = len(r["candidates"])
+    if n_choices is not None and n != n_choices:
+        bad.append(f"{where} candidates: {n} candidates, expected {n_choices} (one per choice)")
+    for j, c in enumerate(r["candidates"]):
+        if not isinstance(c, dict) or set(c) != set(shape.candidates):
+            bad.append(f"{where} candidates[{j}]: fields {sorted(c) if isinstance(c, dict) else c!r}, expected "
+                       f"{sorted(shape.candidates)}")
+            continue
+        bad += [f"{where} candidates[{j}].{k}: wrong type ({short(c[k], 60)})"
+                for k, ok in shape.candidates.items() if not ok(c[k])]
+    for dotted, ok, what in [(d, is_num, "numbers") for d in shape.per_candidate_numbers] + \
+                            [(d, lambda x: isinstance(x, bool), "booleans") for d in shape.per_candidate_booleans]:
+        v = get(r, dotted)
+        if not (isinstance(v, list) and len(v) == n and all(ok(x) for x in v)):
+            bad.append(f"{where} {dotted}: expected {n} {what}, found {short(v, 60)}")
+    return bad
+
+
+def record_shape_check(C, name, records, shape, where_of, n_choices=None, check="record fields and types",
+                       extra=None):
+    """Row `check`: record_problems for every record (+ `extra(r, where)` problems). Returns True when every record
+    is well formed (the later rules may then index its fields without guarding)."""
+    bad = []
+    for i, r in enumerate(records):
+        where = where_of(i, r) if isinstance(r, dict) else f"record {i}"
+        bad += record_problems(r, where, shape, n_choices)
+        if extra is not None and isinstance(r, dict):
+            bad += extra(r, where)
+    C.add(name, A, check, len(records), bad)
+    return not bad
+
+
+# ---- the selection rule --------------------------------------------------------------------------------------------
+
+def hash_selection(cfg):
+    """The item idx the hash rule selects for config.json's split and selection settings, in rank order.
+    Returns (idx list or None, why not, the settings as text for messages)."""
+    sel = cfg.get("selection") if isinstance(cfg.get("selection"), dict) else {}
+    split = cfg.get("split")
+    settings = (f"salt={sel.get('salt')!r}, n_rows={cfg.get('n_rows')}, n_dev={sel.get('n_dev')}, "
+                f"n_confirm={sel.get('n_confirm')}, n_smoke={sel.get('n_smoke')}, split={split!r}")
+    if not (all(is_int(x) for x in (cfg.get("n_rows"), sel.get("n_dev"), sel.get("n_confirm"), sel.get("n_smoke")))
+            and isinstance(sel.get("salt"), str)):
+        return None, "selection settings in config.json are unusable", settings
+    want, why = select_items(split, sel["salt"], cfg["n_rows"], sel["n_dev"], sel["n_confirm"], sel["n_smoke"])
+    return want, why, settings
+
+
+def rank_order_problems(keys, want, settings, where_of=lambda k: f"idx {k}"):
+    """The records' keys (idx, or (idx, condition), ...) are exactly `want`, in that order, each once."""
+    bad = [f"{where_of(got)} idx: at rank {rank} the selection rule gives {where_of(exp)} ({settings})"
+           for rank, (got, exp) in enumerate(zip(keys, want)) if got != exp]
+    bad += [f"{where_of(k)} idx: selected by the rule (rank {rank}) but has no record ({settings})"
+            for rank, k in enumerate(want) if k not in keys]
+    bad += [f"{where_of(k)} idx: has a record but is not selected by the rule ({settings})"
+            for k in keys if k not in want]
+    bad += [f"{where_of(k)} idx: appears {keys.count(k)} times in records.jsonl"
+            for k in sorted({k for k in keys if keys.count(k) > 1}, key=str)]
+    if len(keys) != len(want):
+        bad.append(f"records.jsonl: {len(keys)} records, the selection rule gives {len(want)} ({settings})")
+    return bad
+
+
+# ---- multiple-choice records (protocol, MC-TACO; options where its fields match) ----------------------------------
+
+def idx_where(r):
+    return f"idx {r['idx']}"
+
+
+def candidate_problems(records, choices, delim, limit, where_of=idx_where):
+    """Each candidate's text is the delimiter + its choice and starts where the context ends; a context has at
+    least one token; no input (context + candidate) is over max_input_tokens (run.py must have stopped)."""
+    bad = []
+    for r in records:
+        w = where_of(r)
+        for j, c in enumerate(r["candidates"]):
+            expect(bad, w, f"candidates[{j}].text", c["text"], delim + choices[j] if j < len(choices) else MISSING)
+            expect(bad, w, f"candidates[{j}].start", c["start"], r["context_tokens"], "must equal context_tokens")
+            if is_int(limit) and r["context_tokens"] + len(c["token_ids"]) > limit:
+                bad.append(f"{w} candidates[{j}].token_ids: input of {r['context_tokens'] + len(c['token_ids'])} "
+                           f"tokens is over max_input_tokens {limit} (must have been an error)")
+        if r["context_tokens"] < 1:
+            bad.append(f"{w} context_tokens: {r['context_tokens']} (a context has at least one token)")
+    return bad
+
+
+def both_paths_pred_problems(records, pred_field="pred", where_of=idx_where):
+    """Each path's recorded prediction is the argmax of its own scores, the first index winning ties."""
+    bad = []
+    for r in records:
+        for side in ("official", "independent"):
+            expect(bad, where_of(r), f"{side}.{pred_field}", r[side][pred_field], argmax_first(r[side]["scores"]),
+                   f"argmax of {side}.scores {r[side]['scores']}, first index wins ties")
+    return bad
+
+
+def abs_diff_problems(records, where_of=idx_where):
+    """abs_diff is |official - independent| per candidate, recomputed from the two score lists."""
+    bad = []
+    for r in records:
+        expect(bad, where_of(r), "abs_diff", r["abs_diff"],
+               [abs(a - b) for a, b in zip(r["official"]["scores"], r["independent"]["scores"])],
+               "recomputed from the two score lists")
+    return bad
+
+
+# ---- summary.json --------------------------------------------------------------------------------------------------
+
+def summary_check(C, name, ev, expected, check, n_items, extra=(), identity_fields=None, note=""):
+    """Row `check`: every value in summary.json equals `expected` (rebuilt from the records by the rule; a recorded
+    key with no recomputed value fails too), plus the rule's `extra` problems; with `identity_fields`, each field
+    summary.json's identity_checks.fields names must be one the audit re-verifies."""
+    summ = ev["summary"]
+    if summ is None:
+        C.skip(name, A, "summary.json values", "summary.json missing (named under 'required files')")
+        return
+    bad = []
+    compare_tree(bad, "summary.json", summ, expected)
+    bad += list(extra)
+    if identity_fields is not None:
+        fields = get(summ, "identity_checks.fields")
+        if not isinstance(fields, list):
+            bad.append("summary.json identity_checks.fields: not a list")
+        else:
+            bad += [f"summary.json identity_checks.fields: {f!r} is an identity field audit.py has no check for"
+                    for f in fields if f not in identity_fields]
+    C.add(name, A, check, n_items, bad, note=note)
+
+
+# ---- the deeper levels ---------------------------------------------------------------------------------------------
+
+def deeper_levels(C, name, ev, levels, cache, identity, forward=None, no_forward=None):
+    """Run the identity level (`identity(model_dir, parquet)` -> what the forward level needs) and the forward level
+    (`forward(that, model_dir)` -> figures) when requested, and record a SKIPPED row for a level not requested, or
+    (`no_forward`: the reason) a forward level this experiment does not have. Returns the figures for audit.json."""
+    info = {}
+    if "identity" in levels or "forward" in levels:
+        model_dir, parquet = resolve_cache(ev["config"], cache) if ev["config"] else (None, None)
+        info["model_dir"], info["data_parquet"] = str(model_dir), str(parquet)
+        verified = identity(model_dir, parquet)
+        if "forward" in levels and forward is not None:
+            info["forward"] = forward(verified, model_dir)
+    if "identity" not in levels:
+        C.skip(name, "identity", "(whole level)", "not requested (pass --tokens)", requested=False)
+    if forward is None:
+        C.skip(name, "forward", "(whole level)", no_forward, requested="forward" in levels)
+    elif "forward" not in levels:
+        C.skip(name, "forward", "(whole level)", "not requested (pass --forward)", requested=False)
+    return info

@@ -1,0 +1,72 @@
+"""The contract between run.py and an experiment: a typed context in, a typed result out.
+
+An experiment module exposes
+
+    NAME                        its name (the evidence goes to O/<NAME>/)
+    CONFIG_SECTIONS             the config.py sections its scores depend on, e.g. ("shared", "protocol"); run.py
+                                passes their flat merge as ctx.config and writes it into config.json and
+                                identity.json (and the result cache keys on it)
+    data_label(ctx) -> str      the data the experiment scores, for the console header printed before run()
+    run(ctx: Context) -> Result
+    SUPPORTS_LIMIT              optional, default False: the experiment implements --limit N
+    DOCUMENTS_ARE_GROUP_PARTS   optional, default False: its documents are parts of a group, so --limit can cut a
+                                group and run.py refuses it unless --allow-partial-groups
+
+It never reads argparse and never exits: it raises
+
+    IdentityMismatch   evidence does not belong to its item, or the two paths disagree   -> run.py exits 1
+    ScoringError       a score cannot be computed as specified (e.g. an input over the limit) -> exit 1
+    ResourceError      bad input, a missing or unverifiable resource, a refused option      -> exit 2
+
+and run.py alone maps these to exit codes and messages (IdentityMismatch: O/<NAME>.FAILED.json and a table).
+run.py writes the evidence files from the Result (config.json, identity.json, records.jsonl, summary.json,
+stages.json, the public and private extras) into a temporary directory and renames it into place.
+"""
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Verified resources: every file named here was re-hashed against the cache manifest before the run."""
+    cache: Path                  # the prepared cache root (prepare.py --cache)
+    model_dir: Path              # a Hugging Face directory: config.json, model.safetensors, tokenizer files
+    model_identity: dict         # id, dir, model_sha256, tokenizer_sha256, source
+    data_id: str                 # run.py --data (SST-2-shaped)
+    parquet_path: Path           # its verified validation split
+    data_content_sha256: str     # canonical content hash of that split
+
+
+@dataclass(frozen=True)
+class Options:
+    """The run.py flags an experiment may honour; each experiment says in its docstring which ones it reads."""
+    out: Path                    # the output directory O (the experiment's own evidence goes to O/<NAME>)
+    no_sort_samples: bool = False
+    fast: bool = False
+    no_cache: bool = False
+    limit: Optional[int] = None
+    allow_partial_groups: bool = False
+    verbose: bool = False
+
+
+@dataclass
+class Context:
+    name: str                    # the experiment's NAME
+    split: str                   # smoke | dev | confirm
+    config: dict                 # the effective config: the sections in CONFIG_SECTIONS merged into one flat dict
+    inputs: Inputs
+    options: Options
+    stages: Any                  # experiments.evidence.Stages: with ctx.stages.stage("name"): ...
+
+
+@dataclass
+class Result:
+    config: dict                 # -> O/<NAME>/config.json (what was run: split, items, official meta, ...)
+    records: list                # -> O/<NAME>/records.jsonl, one JSON object per item
+    summary: dict                # -> O/<NAME>/summary.json
+    headline: str                # one line for the console
+    token_stats: dict            # -> stages.json "tokens"
+    prompt_template_sha256: str  # part of identity.json
+    public: dict = field(default_factory=dict)    # extra public files: name -> text
+    private: dict = field(default_factory=dict)   # O/private/<NAME>/ files: name -> text (item texts live here)

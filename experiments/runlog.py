@@ -1,0 +1,63 @@
+"""Library chatter goes to O/run.log, the console keeps progress bars and results.
+
+lm-eval, transformers, datasets and Python's warnings module print notices that are about their own defaults, not
+about this run's results (a smoke run printed 14 "aggregation is not defined" warnings and 4 hints about an lm-eval
+`--metadata` flag run.py does not have). They are routed through the logging module into O/run.log (appended, one
+line per record, each write flushed), so nothing is lost and the console stays readable. tqdm progress bars are
+not logging and stay on the console. `run.py --verbose` leaves everything on the console, as the libraries
+configure it themselves.
+
+Records are buffered in memory until the output directory exists (to_file), because run.py creates O only after
+its inputs are verified: a refused command leaves no O behind.
+"""
+import logging
+import logging.handlers
+
+# the loggers of the libraries that print on their own (their children propagate to them)
+LIBRARY_LOGGERS = ("lm_eval", "transformers", "datasets", "huggingface_hub", "accelerate", "evaluate", "sklearn",
+                   "urllib3", "filelock", "fsspec", "torch", "py.warnings")
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
+
+
+class LibraryChatter:
+    """Routes LIBRARY_LOGGERS and Python warnings into one handler: a memory buffer, then O/run.log."""
+
+    def __init__(self, verbose=False):
+        self.verbose = verbose
+        self.buffer = logging.handlers.MemoryHandler(capacity=10 ** 6, flushLevel=logging.CRITICAL + 1)
+        self.file = None
+
+    def route(self):
+        """Take the libraries' console handlers away and send their records (and warnings) to the buffer (with
+        verbose: nothing is changed)."""
+        if self.verbose:
+            return
+        import datasets  # noqa: F401  (imported first: it installs its own console handler on import)
+        import transformers
+
+        transformers.utils.logging.disable_default_handler()
+        logging.captureWarnings(True)       # warnings.warn -> the "py.warnings" logger (filters unchanged)
+        for name in LIBRARY_LOGGERS:
+            logger = logging.getLogger(name)
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.addHandler(self.buffer)
+            logger.propagate = False
+        # lm-eval calls logging.basicConfig-like setup only when the root logger has no handler; give it one so
+        # that nothing it configures later writes to the console
+        logging.getLogger().addHandler(self.buffer)
+
+    def to_file(self, path):
+        """From now on (and for what was buffered so far) append to `path`."""
+        if self.verbose or self.file is not None:
+            return
+        self.file = logging.FileHandler(path, mode="a", encoding="utf-8")
+        self.file.setFormatter(logging.Formatter(LOG_FORMAT))
+        self.buffer.setTarget(self.file)
+        self.buffer.flushLevel = logging.NOTSET    # every record is written through at once
+        self.buffer.flush()
+
+    def close(self):
+        if self.file is not None:
+            self.buffer.flush()
+            self.file.close()

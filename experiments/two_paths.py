@@ -1,0 +1,135 @@
+"""What the experiments that score every candidate twice share: loading each path's model, the check that both
+loaded it the same way, the identity join of lm-eval's logged samples to the items, the per-item comparison of the
+two paths' scores, and the agreement and token-count figures.
+
+protocol and mctaco use all of it; options uses the model loading, the loading check, the agreement figures and the
+token counts (its official path is lm-eval's model API, so there are no logged samples to join); extraction the
+model loading and the loading check.
+"""
+import torch
+
+from experiments import official, scoring
+from experiments.evidence import IdentityMismatch
+
+LOADING_KEYS = ("model_dtype", "attn_implementation", "torch_threads")
+
+
+# ---- the models -----------------------------------------------------------------------------------------------
+
+def load_official_model(ctx):
+    """lm-eval's HFLM over the verified model directory, with the experiment's config (timed as a stage)."""
+    with ctx.stages.stage("official_model_load"):
+        return official.make_lm(ctx.inputs.model_dir, ctx.config)
+
+
+def load_independent_model(ctx, stage="independent_model_load"):
+    """(model, tokenizer) through adapter.py, with the experiment's config (timed as a stage)."""
+    from adapter import load_model, load_tokenizer
+
+    with ctx.stages.stage(stage):
+        tokenizer = load_tokenizer(ctx.inputs.model_dir)
+        model = load_model(ctx.inputs.model_dir, ctx.config)
+    return model, tokenizer
+
+
+def model_facts(model):
+    """What a loaded model actually runs with (config.json, and the input of check_same_loading)."""
+    return {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
+            "torch_threads": torch.get_num_threads()}
+
+
+def check_same_loading(official_meta, independent_meta, keys=LOADING_KEYS,
+                       message="the two paths loaded the model differently"):
+    """Both paths must have run the model with the same dtype, attention implementation and threads: a score that
+    agrees bit for bit under different settings would be luck, one that differs would not be a finding."""
+    bad = [(None, k, official_meta[k], independent_meta[k]) for k in keys if official_meta[k] != independent_meta[k]]
+    if bad:
+        raise IdentityMismatch(message, bad)
+
+
+# ---- the identity join of logged samples ---------------------------------------------------------------------
+
+def official_scores(sample):
+    """The per-candidate log-likelihoods lm-eval logged for one multiple-choice document."""
+    return [float(r[0][0]) for r in sample["resps"]]
+
+
+def official_boundaries(lm, items):
+    """lm-eval's own token boundary of every (item, candidate): {(idx, candidate): (context ids, candidate ids)}."""
+    return {(it["idx"], cand): official.encode_pair(lm, it["prompt"], cand)
+            for it in items for cand in it["candidates"]}
+
+
+def join_samples(items, samples, boundaries, independent, task_fields, noun):
+    """Join every logged official sample to its item by doc_id and check each identity field; {idx: sample}.
+
+    task_fields(sample, item) -> [(field, official value, item value)]: the fields particular to the task (label,
+    target, text hashes). The prompt, the candidate texts and both paths' token boundaries are checked here for
+    every task. Any difference raises IdentityMismatch with one row per (doc_id, field)."""
+    by_idx = {it["idx"]: it for it in items}
+    seen = [s["doc_id"] for s in samples]
+    bad = []
+    if sorted(seen) != sorted(by_idx) or len(set(seen)) != len(seen):
+        bad.append((None, "logged doc_ids", sorted(seen), sorted(by_idx)))
+    joined = {}
+    for s in samples:
+        it = by_idx.get(s["doc_id"])
+        if it is None:
+            continue
+        checks = task_fields(s, it) + [
+            ("prompt_sha256", [scoring.sha256_text(a[0]) for a in s["arguments"]],
+             [scoring.sha256_text(it["prompt"])] * len(it["candidates"])),
+            ("candidates", [a[1] for a in s["arguments"]], it["candidates"]),
+        ]
+        for cand, ind in zip(it["candidates"], independent[it["idx"]]):
+            ctx_ids, cand_ids = boundaries[(it["idx"], cand)]
+            checks.append((f"boundary {cand!r}", [len(ctx_ids), list(cand_ids)], [ind["start"], ind["token_ids"]]))
+        bad += [(s["doc_id"], field, o, i) for field, o, i in checks if o != i]
+        joined[s["doc_id"]] = s
+    if bad:
+        raise IdentityMismatch(f"{len({b[0] for b in bad})} logged samples do not match their {noun}", bad)
+    return joined
+
+
+def compare_item(item, sample, scored):
+    """(record, agrees) for one joined item: the record fields every logged-sample experiment writes (the caller
+    adds its own), and whether both paths' scores are bit-identical with the same argmax."""
+    off_scores = official_scores(sample)
+    ind_scores = [c["score"] for c in scored]
+    diffs = [abs(a - b) for a, b in zip(off_scores, ind_scores)]
+    off_pred, ind_pred = scoring.argmax_first(off_scores), scoring.argmax_first(ind_scores)
+    record = {
+        "idx": item["idx"], "label": item["label"],
+        "sentence_sha256": scoring.sha256_text(item["sentence"]),
+        "prompt_sha256": scoring.sha256_text(item["prompt"]),
+        "context_tokens": scored[0]["start"],
+        "candidates": [{"text": c["text"], "token_ids": c["token_ids"], "start": c["start"]} for c in scored],
+        "official": {"doc_id": sample["doc_id"], "scores": off_scores,
+                     "is_greedy": [bool(r[0][1]) for r in sample["resps"]], "pred": off_pred,
+                     "acc": float(sample["acc"]), "doc_hash": sample["doc_hash"],
+                     "prompt_hash": sample["prompt_hash"]},
+        "independent": {"scores": ind_scores, "pred": ind_pred, "correct": int(ind_pred == item["label"])},
+        "abs_diff": diffs,
+    }
+    return record, all(d == 0.0 for d in diffs) and off_pred == ind_pred
+
+
+# ---- figures ----------------------------------------------------------------------------------------------------
+
+def agreement(records, official_pred, independent_pred):
+    """summary["agreement"]: the largest |official - independent| and the counts of differing scores and argmaxes."""
+    diffs = [d for r in records for d in r["abs_diff"]]
+    return {"max_abs_diff": max(diffs), "n_candidate_score_mismatches": sum(d != 0.0 for d in diffs),
+            "n_prediction_mismatches": sum(official_pred(r) != independent_pred(r) for r in records)}
+
+
+def span(values):
+    return {"min": min(values), "max": max(values), "total": sum(values)}
+
+
+def candidate_token_stats(records):
+    """stages.json "tokens": context tokens per record, input tokens (context + candidate) per candidate."""
+    contexts = [r["context_tokens"] for r in records]
+    inputs = [r["context_tokens"] + len(c["token_ids"]) for r in records for c in r["candidates"]]
+    return {"context_tokens": span(contexts), "input_tokens_per_candidate": span(inputs), "n_items": len(records),
+            "n_candidates": len(inputs)}
