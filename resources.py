@@ -438,10 +438,3 @@ def verified_inputs(cache, model_id, data_id):
 def fail(message, code=2):
     print(f"error: {message}", file=sys.stderr)
     sys.exit(code)
-
-
-# ---- transition: old MC-TACO names still called by tests/test_mctaco.py -----------------------------------------
-# (their owner switches them to the schema-driven functions above; then these three lines go)
-def check_mctaco_rows_shape(rows, where): return check_rows_shape(rows, where, MCTACO)  # noqa: E704
-def mctaco_content_sha256(rows): return content_sha256(rows, MCTACO)  # noqa: E704
-def mctaco_rows_to_parquet_bytes(rows): return rows_to_parquet_bytes(rows, MCTACO)  # noqa: E704

@@ -265,7 +265,7 @@ def run_all(args, chatter):
     options = options_of(args)
     out = options.out
     out.mkdir(parents=True, exist_ok=True)
-    chatter.to_file(out / "run.log")
+    chatter.to_file(out / "run.log", " ".join(["run.py", *sys.argv[1:]]))
     threads = config.CONFIG["shared"]["threads"]
     torch.set_num_threads(threads)  # process-wide: the official and the independent path alike
     if args.split == "confirm":

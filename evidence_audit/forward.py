@@ -206,3 +206,8 @@ def audit_candidate_scores(C, name, ident, records, tokens, model_dir, key_of=la
     return {"max_abs_diff_official": max_off, "max_abs_diff_independent": max_ind, "tolerance": FORWARD_TOL,
             "worst": diffs.worst, "dtype": "float32", "seconds": round(time.perf_counter() - t0, 2),
             "threads": torch.get_num_threads()}
+
+
+def two_path_forward(C, name, ev, records, tokens, model_dir):
+    """audit_candidate_scores for records keyed and named by idx (protocol, MC-TACO), in shared.run_levels' form."""
+    return audit_candidate_scores(C, name, ev["identity"], records, tokens, model_dir)

@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 
 from evidence_audit.checks import MISSING, compare_tree, expect, get, short
-from evidence_audit.definitions import SPLITS, argmax_first, is_int, is_num, select_items
-from evidence_audit.reading import REQUIRED, EVIDENCE_KEYS, resolve_cache, sha256_text
+from evidence_audit.definitions import SPLITS, argmax_first, is_int, is_num, is_sha, select_items
+from evidence_audit.reading import EVIDENCE_KEYS, REQUIRED, load_evidence, resolve_cache, sha256_text
 
 A = "arithmetic"
 CONFIG_SECTIONS = ("shared", "protocol", "options", "mctaco", "extraction", "harness")   # config.py's sections
@@ -142,14 +142,6 @@ def config_sections_problems(bad, name, cfg, sections):
         expect(bad, "config.json", "config_sections", cfg["config_sections"], sections, "identity.json config_sections")
 
 
-def check_scoring_identity(bad, conf, ident):
-    """The scoring-config part of identity_problems alone, for the rules not yet converted to identity_problems
-    (options, extraction, MC-TACO); remove it once they are."""
-    expect(bad, "identity.json", "scoring_config", ident.get("scoring_config", MISSING), conf)
-    expect(bad, "identity.json", "scoring_config_sha256", ident.get("scoring_config_sha256", MISSING),
-           sha256_text(json.dumps(conf, sort_keys=True)))
-
-
 # ---- environment.json ----------------------------------------------------------------------------------------------
 
 def environment_check(C, name, ev):
@@ -227,6 +219,14 @@ def token_span(values):
     return {"min": min(values), "max": max(values), "total": sum(values)} if values else MISSING
 
 
+def candidate_token_counts(records):
+    """stages.json["tokens"] of a multiple-choice experiment, recomputed from the records."""
+    ctx = [r["context_tokens"] for r in records]
+    per_cand = [r["context_tokens"] + len(c["token_ids"]) for r in records for c in r["candidates"]]
+    return {"context_tokens": token_span(ctx), "input_tokens_per_candidate": token_span(per_cand),
+            "n_items": len(records), "n_candidates": len(per_cand)}
+
+
 # ---- record shape --------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -298,6 +298,24 @@ def record_shape_check(C, name, records, shape, where_of, n_choices=None, check=
             bad += extra(r, where)
     C.add(name, A, check, len(records), bad)
     return not bad
+
+
+def two_path_shape(fields, official=None, optional=None):
+    """The record shape of a multiple-choice experiment scored on both paths (protocol, MC-TACO): the experiment's
+    own `fields` (and `official`: fields lm-eval logs for it), plus what every such record holds: the context
+    length, one candidate per choice, each path's scores and prediction, lm-eval's per-document fields, and the
+    per-candidate agreement."""
+    return RecordShape(
+        fields={**fields, "context_tokens": is_int, "candidates": lambda v: isinstance(v, list) and len(v) > 0,
+                "official": lambda v: isinstance(v, dict), "independent": lambda v: isinstance(v, dict),
+                "abs_diff": lambda v: isinstance(v, list)},
+        optional=optional or {},
+        nested={"official": {"doc_id": is_int, "scores": None, "is_greedy": None, "pred": is_int, "acc": is_num,
+                             "doc_hash": is_sha, "prompt_hash": is_sha, **(official or {})},
+                "independent": {"scores": None, "pred": is_int, "correct": is_int}},
+        candidates=CANDIDATE_FIELDS,
+        per_candidate_numbers=("official.scores", "independent.scores", "abs_diff"),
+        per_candidate_booleans=("official.is_greedy",))
 
 
 # ---- the selection rule --------------------------------------------------------------------------------------------
@@ -417,3 +435,17 @@ def deeper_levels(C, name, ev, levels, cache, identity, forward=None, no_forward
     elif "forward" not in levels:
         C.skip(name, "forward", "(whole level)", "not requested (pass --forward)", requested=False)
     return info
+
+
+def run_levels(C, name, out, levels, cache, arithmetic, identity, forward=None, no_forward=None):
+    """A rule in one call: ev = load_evidence(out, name); records = arithmetic(C, name, ev); then deeper_levels
+    with identity(C, name, out, ev, records, model_dir, parquet) -> verified, and forward(C, name, ev, records,
+    verified, model_dir) -> figures (or `no_forward`, the reason the experiment has no forward level). Returns the
+    figures for audit.json."""
+    ev = load_evidence(out, name)
+    records = arithmetic(C, name, ev)
+    return deeper_levels(C, name, ev, levels, cache,
+                         identity=lambda model_dir, parquet: identity(C, name, out, ev, records, model_dir, parquet),
+                         forward=None if forward is None else
+                         lambda verified, model_dir: forward(C, name, ev, records, verified, model_dir),
+                         no_forward=no_forward)

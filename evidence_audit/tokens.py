@@ -22,25 +22,42 @@ def load_tokenizer(path):
     return _TOKENIZERS[key]
 
 
-def private_texts(out, name, records, valid, needs):
-    """O/private/<name>/texts.jsonl as {idx: row}, or None when absent (private evidence not shipped), and the
-    problems: lines that fail `valid` (`needs` says what a line must hold), duplicated idx, records without a text
-    and texts without a record."""
-    path = out / "private" / name / "texts.jsonl"
+def private_texts(out, name, records, valid, needs, file="texts.jsonl"):
+    """O/private/<name>/<file> as {idx: row}, or None when absent (private evidence not shipped), and the
+    problems: lines that fail `valid` (`needs` says what a line must hold), duplicated idx, records without a row
+    and rows without a record. Messages call the file's rows "private texts" (texts.jsonl) or "private <stem>"."""
+    path = out / "private" / name / file
     if not path.exists():
         return None, []
+    what = "private texts" if file == "texts.jsonl" else f"private {Path(file).stem}"
     bad, texts = [], {}
     for n_line, t in enumerate(read_jsonl(path), start=1):
         if not (isinstance(t, dict) and is_int(t.get("idx")) and valid(t)):
-            bad.append(f"private/{name}/texts.jsonl line {n_line}: needs {needs} ({short(t, 60)})")
+            bad.append(f"private/{name}/{file} line {n_line}: needs {needs} ({short(t, 60)})")
             continue
         if t["idx"] in texts:
-            bad.append(f"idx {t['idx']} private texts: duplicated (line {n_line})")
+            bad.append(f"idx {t['idx']} {what}: duplicated (line {n_line})")
         texts[t["idx"]] = t
     rec_idx = list(dict.fromkeys(r["idx"] for r in records))
-    bad += [f"idx {i} private texts: no text for this record" for i in rec_idx if i not in texts]
-    bad += [f"idx {i} private texts: text for an idx with no record" for i in texts if i not in rec_idx]
+    bad += [f"idx {i} {what}: no row for this record" for i in rec_idx if i not in texts]
+    bad += [f"idx {i} {what}: a row for an idx with no record" for i in texts if i not in rec_idx]
     return texts, bad
+
+
+def private_texts_check(C, name, out, records, valid, needs, check, unchecked, text_problems):
+    """Row `check`: private_texts (texts.jsonl), then `text_problems(bad, where, record, text)` for every record
+    that has a text. SKIPPED when the file is absent, saying what is then NOT checked (`unchecked`). Returns the
+    texts by idx, or None."""
+    texts, bad = private_texts(out, name, records, valid, needs)
+    if texts is None:
+        C.skip(name, L, check, f"{out / 'private' / name / 'texts.jsonl'} absent (private evidence not shipped); "
+                               f"{unchecked} NOT checked")
+        return None
+    for r in records:
+        if r["idx"] in texts:
+            text_problems(bad, f"idx {r['idx']}", r, texts[r["idx"]])
+    C.add(name, L, check, len(records), bad)
+    return texts
 
 
 def tokenizer_or_skip(C, name, check, model_dir, ident, bad):
@@ -105,6 +122,21 @@ def candidate_tokenisation_check(C, name, texts, records, prompt_of, ident, mode
     C.add(name, L, check, len(records), bad,
           note=f"tokenizers.Tokenizer from {model_dir / 'tokenizer.json'}, add_special_tokens=False")
     return None if bad else result
+
+
+def multiple_choice_identity(C, name, records, ident, model_dir, texts_check, data_check):
+    """The identity level of a multiple-choice experiment scored on both paths (protocol, MC-TACO), in row order:
+    the experiment's private texts row (`texts_check()` -> texts by idx, or None when absent), the shared
+    tokenisation row (each text's "prompt" re-tokenised), the experiment's data parquet row (`data_check()`).
+    Returns the verified token ids for the forward level, or None."""
+    if records is None:
+        for check in ("private texts", "tokenisation", "data parquet"):
+            C.skip(name, L, check, "the arithmetic level found records.jsonl or config.json unusable")
+        return None
+    texts = texts_check()
+    tokens = candidate_tokenisation_check(C, name, texts, records, lambda t, r: t["prompt"], ident, model_dir)
+    data_check()
+    return tokens
 
 
 def chat_template(model_dir):

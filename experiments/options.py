@@ -34,6 +34,7 @@ from experiments import official, scoring, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import config_head, load_rows, select_items
+from resources import ResourceError
 
 NAME = "options"
 CONFIG_SECTIONS = ("shared", "protocol", "options")
@@ -80,25 +81,27 @@ def mcnemar_exact(gains, losses):
 
 
 def conditions_from_config(config):
-    """Each condition: its prompt kind, scoring space, order, pi, displayed choices and candidate strings."""
+    """Each condition: its prompt kind, scoring space, order, pi, displayed choices and candidate strings.
+    A condition config.py cannot mean is bad input (ResourceError, exit 2)."""
     letters = config["options_letters"]
     for j, letter in enumerate(letters):
         if f"\n{letter}. {{option_{letter}}}\n" not in config["options_list_prompt"]:
-            raise ValueError(f"options_list_prompt lacks the line '{letter}. {{option_{letter}}}'")
+            raise ResourceError(f"config.py options_list_prompt: lacks the line '{letter}. {{option_{letter}}}'")
     out = []
     for spec in config["options_conditions"]:
         name = spec["name"]
         pi = list(config["options_orders"][spec["order"]])
         if sorted(pi) != list(range(len(config["sst2_choices"]))) or len(pi) != len(letters):
-            raise ValueError(f"condition {name}: order {pi} is not a permutation of the labels")
+            raise ResourceError(f"config.py options_conditions {name}: order {pi} is not a permutation of the labels")
         if spec["space"] == "text":
             choices = [config["sst2_choices"][pi[j]] for j in range(len(pi))]
         elif spec["space"] == "letter":
             choices = list(letters)
         else:
-            raise ValueError(f"condition {name}: unknown scoring space {spec['space']!r}")
+            raise ResourceError(f"config.py options_conditions {name}: unknown scoring space {spec['space']!r}")
         if spec["prompt"] == "official" and pi != list(range(len(pi))):
-            raise ValueError(f"condition {name}: the official prompt has no list; its order must be the identity")
+            raise ResourceError(f"config.py options_conditions {name}: the official prompt has no list; its order "
+                                "must be the identity")
         out.append({"name": name, "prompt": spec["prompt"], "space": spec["space"], "order": spec["order"],
                     "pi": pi, "choices": choices,
                     "candidates": [config["target_delimiter"] + c for c in choices]})

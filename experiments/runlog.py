@@ -47,12 +47,15 @@ class LibraryChatter:
         # that nothing it configures later writes to the console
         logging.getLogger().addHandler(self.buffer)
 
-    def to_file(self, path):
-        """From now on (and for what was buffered so far) append to `path`."""
+    def to_file(self, path, heading="run.py"):
+        """From now on (and for what was buffered so far) append to `path`, after a line naming the run (a reused
+        output directory collects the messages of several runs)."""
         if self.verbose or self.file is not None:
             return
         self.file = logging.FileHandler(path, mode="a", encoding="utf-8")
         self.file.setFormatter(logging.Formatter(LOG_FORMAT))
+        self.file.handle(logging.makeLogRecord({"name": "run", "levelno": logging.INFO, "levelname": "INFO",
+                                                "msg": f"{heading}: library messages of this run follow"}))
         self.buffer.setTarget(self.file)
         self.buffer.flushLevel = logging.NOTSET    # every record is written through at once
         self.buffer.flush()

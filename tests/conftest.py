@@ -19,6 +19,15 @@ def run_cli(*args, env=None, cwd=REPO, timeout=1800):
                           timeout=timeout)
 
 
+def run_once(tmp_path_factory, name, cache, *args, timeout=1800):
+    """`run.py --cache CACHE --out <fresh dir> ARGS` that must succeed: (out dir, CompletedProcess). For the
+    session fixtures that several tests read."""
+    out = tmp_path_factory.mktemp(name)
+    proc = run_cli("run.py", "--cache", cache, "--out", out, *args, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc
+
+
 @pytest.fixture(scope="session")
 def prepared_cache(tmp_path_factory):
     """A cache holding the default model (Q4_1 wheel, materialised) and the sentiment fixture.
@@ -43,20 +52,14 @@ def gguf_path(prepared_cache):
 @pytest.fixture(scope="session")
 def smoke_run(prepared_cache, tmp_path_factory):
     """The README's main job: `run.py --smoke` on the real model, once per session. Returns (out_dir, proc)."""
-    out = tmp_path_factory.mktemp("smoke")
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--smoke")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, proc
+    return run_once(tmp_path_factory, "smoke", prepared_cache, "--smoke")
 
 
 @pytest.fixture(scope="session")
 def dev_run(prepared_cache, tmp_path_factory):
     """The 64 development items of the fixture through the protocol experiment, once per session (no result
     cache: the bit-exact agreement is recomputed, not served)."""
-    out = tmp_path_factory.mktemp("dev")
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--experiment", "protocol", "--no-cache")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, proc
+    return run_once(tmp_path_factory, "dev", prepared_cache, "--experiment", "protocol", "--no-cache")
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import config
-from conftest import run_cli
+from conftest import run_cli, run_once
 from evidence_audit.checks import first_failure
 from evidence_audit.driver import audit
 from evidence_audit.rules import extraction as audit_ext
@@ -209,18 +209,12 @@ def test_input_over_the_limit_is_an_error(model_dir):
 
 @pytest.fixture(scope="session")
 def extraction_smoke(prepared_cache, tmp_path_factory):
-    out = tmp_path_factory.mktemp("extraction_smoke")
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--experiment", "extraction", "--smoke")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, proc
+    return run_once(tmp_path_factory, "extraction_smoke", prepared_cache, "--experiment", "extraction", "--smoke")
 
 
 @pytest.fixture(scope="session")
 def extraction_dev(prepared_cache, tmp_path_factory):
-    out = tmp_path_factory.mktemp("extraction_dev")
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--experiment", "extraction")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, proc
+    return run_once(tmp_path_factory, "extraction_dev", prepared_cache, "--experiment", "extraction")
 
 
 def load(out):

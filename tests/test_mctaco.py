@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 import resources
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, run_once
 from evidence_audit.checks import first_failure
 from evidence_audit.driver import audit
 from evidence_audit.rules.mctaco import mct_em, mct_f1
@@ -73,8 +73,24 @@ def test_fixture_is_mctaco_shaped_and_grouped():
     assert mctaco.group_status(list(range(5)), qs)[1] == []                   # 5 ends the first question
 
 
-def test_content_hash_is_format_independent_and_pinned():
+def hub_style_parquet(rows):
+    """The rows as the hub stores MC-TACO: a parquet with label and category as ClassLabel ints (rewound)."""
     import datasets
+
+    ds = datasets.Dataset.from_dict(
+        {k: [r[k] for r in rows] if k != "category" else [resources.MCTACO_CATEGORIES.index(r[k]) for r in rows]
+         for k in resources.MCTACO_COLUMNS},
+        features=datasets.Features({"sentence": datasets.Value("string"), "question": datasets.Value("string"),
+                                    "answer": datasets.Value("string"),
+                                    "label": datasets.ClassLabel(names=["no", "yes"]),
+                                    "category": datasets.ClassLabel(names=list(resources.MCTACO_CATEGORIES))}))
+    buf = io.BytesIO()
+    ds.to_parquet(buf)
+    buf.seek(0)
+    return buf
+
+
+def test_content_hash_is_format_independent_and_pinned():
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -84,16 +100,7 @@ def test_content_hash_is_format_independent_and_pinned():
     assert entry["source"]["sha256"] == resources.sha256_file(FIXTURE)
     # the cache's parquet and a hub-style parquet (label and category as ClassLabel ints) hold the same content
     cache_rows = resources.read_mctaco_parquet(io.BytesIO(resources.rows_to_parquet_bytes(rows, resources.MCTACO)))
-    hub = datasets.Dataset.from_dict(
-        {k: [r[k] for r in rows] if k != "category" else [resources.MCTACO_CATEGORIES.index(r[k]) for r in rows]
-         for k in resources.MCTACO_COLUMNS},
-        features=datasets.Features({"sentence": datasets.Value("string"), "question": datasets.Value("string"),
-                                    "answer": datasets.Value("string"),
-                                    "label": datasets.ClassLabel(names=["no", "yes"]),
-                                    "category": datasets.ClassLabel(names=list(resources.MCTACO_CATEGORIES))}))
-    buf = io.BytesIO()
-    hub.to_parquet(buf)
-    buf.seek(0)
+    buf = hub_style_parquet(rows)
     assert pa.types.is_integer(pq.read_table(buf).schema.field("category").type)   # ints + ClassLabel names
     buf.seek(0)
     hub_rows = resources.read_mctaco_parquet(buf)
@@ -122,19 +129,10 @@ def test_hub_path_pins_then_verifies_an_mctaco_parquet(tmp_path):
     """The mc_taco hub path against the loopback hub (tests/hub_server.py): a hub-style parquet (ClassLabel ints)
     of the fixture at a pinned revision; --pin records the file sha256 (checked against the served LFS sha256) and
     the content facts; a second prepare verifies without --pin. Only the network location is fake."""
-    import datasets
     from hub_server import HubServer, HubState, Repo
 
     rows = resources.read_mctaco_tsv(FIXTURE)
-    ds = datasets.Dataset.from_dict(
-        {k: [r[k] for r in rows] if k != "category" else [resources.MCTACO_CATEGORIES.index(r[k]) for r in rows]
-         for k in resources.MCTACO_COLUMNS},
-        features=datasets.Features({"sentence": datasets.Value("string"), "question": datasets.Value("string"),
-                                    "answer": datasets.Value("string"),
-                                    "label": datasets.ClassLabel(names=["no", "yes"]),
-                                    "category": datasets.ClassLabel(names=list(resources.MCTACO_CATEGORIES))}))
-    buf = io.BytesIO()
-    ds.to_parquet(buf)
+    buf = hub_style_parquet(rows)
     path, commit = "plain_text/validation-00000-of-00001.parquet", "4" * 40
     lock = resources.load_lock()
     lock["data"]["mc_taco"]["source"].update(revision=commit, files={path: None})
@@ -217,10 +215,7 @@ def test_limit_with_allow_partial_groups_lists_cut_questions(prepared_cache, tmp
 
 @pytest.fixture(scope="session")
 def mctaco_run(prepared_cache, tmp_path_factory):
-    out = tmp_path_factory.mktemp("mctaco")
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--experiment", "mctaco")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, proc
+    return run_once(tmp_path_factory, "mctaco", prepared_cache, "--experiment", "mctaco")
 
 
 @pytest.mark.slow

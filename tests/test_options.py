@@ -5,7 +5,7 @@ import json
 import pytest
 
 import config
-from conftest import run_cli
+from conftest import run_cli, run_once
 from experiments import options, scoring, selection
 from experiments.evidence import IdentityMismatch
 
@@ -28,10 +28,7 @@ def tokenizer(model_dir):
 @pytest.fixture(scope="session")
 def options_dev_run(prepared_cache, tmp_path_factory):
     """The 64 development items of the fixture through the options experiment on the real model, once per session."""
-    out = tmp_path_factory.mktemp("options_dev")
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--experiment", "options", timeout=3600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, proc
+    return run_once(tmp_path_factory, "options_dev", prepared_cache, "--experiment", "options", timeout=3600)
 
 
 def read(out, name):
@@ -82,6 +79,22 @@ def test_list_prompts_and_shared_contexts(conds):
     items[0]["conds"]["list_letter_fwd"]["context"] += "!"
     with pytest.raises(IdentityMismatch, match="share a context"):
         options.check_shared_contexts(items, list(conds.values()))
+
+
+def test_a_condition_config_cannot_mean_is_bad_input():
+    """A config.py error is refused with one line naming the setting (run.py: exit 2), not a traceback."""
+    import copy
+
+    from resources import ResourceError
+
+    for edit, phrase in ((lambda c: c["options_conditions"][1].update(space="colour"), "unknown scoring space"),
+                         (lambda c: c["options_orders"].update(rev=[1, 1]), "not a permutation"),
+                         (lambda c: c["options_conditions"][0].update(order="rev"), "must be the identity"),
+                         (lambda c: c.update(options_list_prompt="{sentence}\nAnswer:"), "lacks the line")):
+        cfg = copy.deepcopy(CONFIG)
+        edit(cfg)
+        with pytest.raises(ResourceError, match=phrase):
+            options.conditions_from_config(cfg)
 
 
 def rec(idx, label, pi, pos, **extra):
@@ -248,7 +261,8 @@ def test_smoke_run_options(prepared_cache, tmp_path):
     assert not (tmp_path / "protocol").exists()
     ok = run_cli("audit.py", tmp_path, "--forward", "--strict", "--cache", prepared_cache)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "max |recomputed - recorded|" in ok.stdout
+    forward = next(l for l in ok.stdout.splitlines() if l.startswith("options ") and "candidate scores" in l)
+    assert " PASS" in forward and "max |recomputed - " in forward, forward
     # a semantic prediction that does not follow pi(argmax) is caught
     path = tmp_path / "options" / "records.jsonl"
     recs = [json.loads(l) for l in path.read_text().splitlines()]

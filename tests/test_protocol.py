@@ -302,21 +302,6 @@ def test_experiments_never_read_argparse_or_exit():
                 raise AssertionError(f"{path.name}:{node.lineno}: ctx['...'] (the context is typed: ctx.config ...)")
 
 
-def test_runner_functions_are_at_most_80_lines():
-    import ast
-
-    from conftest import REPO
-
-    owned = [REPO / "run.py", REPO / "config.py"] + [p for p in sorted((REPO / "experiments").glob("*.py"))
-                                                     if p.name not in ("harness.py", "review_page.py")]
-    long = []
-    for path in owned:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
-                long.append(f"{path.name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
-    assert not long, long
-
-
 def test_library_chatter_goes_to_the_log_file_not_the_console(tmp_path):
     """lm-eval / transformers / datasets log records and Python warnings, before and after O exists, end up in
     O/run.log and not on the console; with verbose they stay on the console."""
@@ -370,3 +355,19 @@ def test_smoke_console_names_the_scored_data_and_keeps_library_chatter_in_the_lo
     assert [n for n, st in stages.items() if st["stages"][0]["name"] == "imports"] == ["protocol"]
     for st in stages.values():
         assert sum(s["wall_s"] for s in st["stages"] if s["name"] != "imports") <= st["total_wall_s"] + 0.01
+
+
+def test_official_py_is_the_only_runner_module_that_imports_lm_eval():
+    """What official.py's docstring claims: every lm-eval call of the runner goes through it."""
+    import ast
+
+    from conftest import REPO
+
+    importers = []
+    for path in [REPO / "run.py", *sorted((REPO / "experiments").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(m == "lm_eval" or m.startswith("lm_eval.") for m in mods):
+                importers.append(path.name)
+    assert set(importers) == {"official.py"}, importers

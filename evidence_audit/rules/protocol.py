@@ -10,30 +10,21 @@ data and forward levels) is a shared group. Nothing recorded is trusted as an in
 labels and token lists, which the deeper levels check in turn.
 """
 from evidence_audit.checks import MISSING, expect, get, short
-from evidence_audit.definitions import argmax_first, is_int, is_num, is_sha, lm_eval_doc_hash
+from evidence_audit.definitions import argmax_first, is_int, is_sha, lm_eval_doc_hash
 from evidence_audit.fast_mode import fast_expected
-from evidence_audit.forward import audit_candidate_scores
-from evidence_audit.reading import load_evidence, sha256_text
-from evidence_audit.shared import (CANDIDATE_FIELDS, RecordShape, abs_diff_problems, both_paths_pred_problems,
-                                   candidate_problems, config_block, deeper_levels, environment_check,
-                                   hash_selection, hash_selection_problems, identity_problems, model_problems,
-                                   rank_order_problems, record_shape_check, required_files, restated_problems,
-                                   split_problems, stages_check, summary_check, token_span)
-from evidence_audit.tokens import L, candidate_tokenisation_check, private_texts, sst2_data_check
+from evidence_audit.forward import two_path_forward
+from evidence_audit.reading import sha256_text
+from evidence_audit.shared import (abs_diff_problems, both_paths_pred_problems, candidate_problems,
+                                   candidate_token_counts, config_block, environment_check, hash_selection,
+                                   hash_selection_problems, identity_problems, model_problems, rank_order_problems,
+                                   record_shape_check, required_files, restated_problems, run_levels, split_problems,
+                                   stages_check, summary_check, two_path_shape)
+from evidence_audit.tokens import multiple_choice_identity, private_texts_check, sst2_data_check
 
 A = "arithmetic"
-SHAPE = RecordShape(
-    fields={"idx": is_int, "rank": is_int, "label": is_int, "sentence_sha256": is_sha, "prompt_sha256": is_sha,
-            "context_tokens": is_int, "candidates": lambda v: isinstance(v, list) and len(v) > 0,
-            "official": lambda v: isinstance(v, dict), "independent": lambda v: isinstance(v, dict),
-            "abs_diff": lambda v: isinstance(v, list)},
-    optional={"fast": None},       # run.py --fast: checked by fast_mode.fast_expected
-    nested={"official": {"doc_id": is_int, "scores": None, "is_greedy": None, "pred": is_int, "acc": is_num,
-                         "doc_hash": is_sha, "prompt_hash": is_sha},
-            "independent": {"scores": None, "pred": is_int, "correct": is_int}},
-    candidates=CANDIDATE_FIELDS,
-    per_candidate_numbers=("official.scores", "independent.scores", "abs_diff"),
-    per_candidate_booleans=("official.is_greedy",))
+SHAPE = two_path_shape({"idx": is_int, "rank": is_int, "label": is_int, "sentence_sha256": is_sha,
+                        "prompt_sha256": is_sha},
+                       optional={"fast": None})       # run.py --fast: checked by fast_mode.fast_expected
 # identity fields run.py claims to have joined on -> the audit check that re-verifies each one
 IDENTITY_FIELD_RULES = {
     "doc_id": "arithmetic/selection (official.doc_id == idx)",
@@ -50,13 +41,8 @@ DATA_PARQUET = "data parquet (n_rows, content hash, sentence and label per idx)"
 
 
 def audit_protocol(C, name, out, levels, cache):
-    ev = load_evidence(out, name)
-    records = audit_protocol_arithmetic(C, name, ev)
-    return deeper_levels(
-        C, name, ev, levels, cache,
-        identity=lambda model_dir, parquet: audit_protocol_identity(C, name, out, ev, records, model_dir, parquet),
-        forward=lambda tokens, model_dir: audit_candidate_scores(C, name, ev["identity"], records, tokens,
-                                                                 model_dir))
+    return run_levels(C, name, out, levels, cache, audit_protocol_arithmetic, audit_protocol_identity,
+                      two_path_forward)
 
 
 # ---- level 1, arithmetic -------------------------------------------------------------------------------------------
@@ -79,7 +65,7 @@ def audit_protocol_arithmetic(C, name, ev):
     candidates_check(C, name, config_block(ev["config"]), records, choices, delim)
     predictions_checks(C, name, records)
     summary_values_check(C, name, ev, records, choices)
-    stages_check(C, name, ev, token_counts(records), len(records))
+    stages_check(C, name, ev, candidate_token_counts(records), len(records))
     return records
 
 
@@ -224,44 +210,24 @@ def summary_values_check(C, name, ev, records, choices):
                   extra=extra, identity_fields=IDENTITY_FIELD_RULES)
 
 
-def token_counts(records):
-    """stages.json["tokens"] recomputed from the records."""
-    ctx = [r["context_tokens"] for r in records]
-    per_cand = [r["context_tokens"] + len(c["token_ids"]) for r in records for c in r["candidates"]]
-    return {"context_tokens": token_span(ctx), "input_tokens_per_candidate": token_span(per_cand),
-            "n_items": len(records), "n_candidates": len(per_cand)}
-
-
 # ---- level 2, identity ---------------------------------------------------------------------------------------------
 
 def audit_protocol_identity(C, name, out, ev, records, model_dir, data_parquet):
     """Level 2: private texts, tokenisation, the data parquet. Returns {idx: (context ids, [candidate ids])} for
     the forward level, or None."""
-    if records is None:
-        for check in ("private texts", "tokenisation", "data parquet"):
-            C.skip(name, L, check, "the arithmetic level found records.jsonl or config.json unusable")
-        return None
-    texts = private_texts_check(C, name, out, config_block(ev["config"]).get("sst2_prompt"), records)
-    tokens = candidate_tokenisation_check(C, name, texts, records, lambda t, r: t["prompt"], ev["identity"],
-                                          model_dir)
-    sst2_data_check(C, name, ev["config"], records, data_parquet, DATA_PARQUET)
-    return tokens
+    return multiple_choice_identity(
+        C, name, records, ev["identity"], model_dir,
+        texts_check=lambda: private_texts_check(
+            C, name, out, records, lambda t: isinstance(t.get("sentence"), str) and isinstance(t.get("prompt"), str),
+            "idx, sentence, prompt", PRIVATE_TEXTS, "sentence and prompt hashes",
+            text_problems(config_block(ev["config"]).get("sst2_prompt"))),
+        data_check=lambda: sst2_data_check(C, name, ev["config"], records, data_parquet, DATA_PARQUET))
 
 
-def private_texts_check(C, name, out, prompt_t, records):
-    """Row PRIVATE_TEXTS: re-hash the private sentence and prompt, rebuild the prompt from the template, recompute
-    lm-eval's doc_hash. Returns the texts by idx, or None when the private file is absent."""
-    texts, bad = private_texts(out, name, records, lambda t: isinstance(t.get("sentence"), str)
-                               and isinstance(t.get("prompt"), str), "idx, sentence, prompt")
-    if texts is None:
-        C.skip(name, L, PRIVATE_TEXTS, f"{out / 'private' / name / 'texts.jsonl'} absent (private evidence not "
-                                       "shipped); sentence and prompt hashes NOT checked")
-        return None
-    for r in records:
-        t = texts.get(r["idx"])
-        if t is None:
-            continue
-        w = f"idx {r['idx']}"
+def text_problems(prompt_t):
+    """Row PRIVATE_TEXTS, per record: re-hash the private sentence and prompt, rebuild the prompt from the
+    template, recompute lm-eval's doc_hash."""
+    def check(bad, w, r, t):
         expect(bad, w, "sentence_sha256", r["sentence_sha256"], sha256_text(t["sentence"]),
                "sha256 of the private sentence")
         expect(bad, w, "prompt_sha256", r["prompt_sha256"], sha256_text(t["prompt"]), "sha256 of the private prompt")
@@ -271,5 +237,4 @@ def private_texts_check(C, name, out, prompt_t, records):
                    "config.sst2_prompt filled with the sentence")
         expect(bad, w, "official.doc_hash", r["official"]["doc_hash"],
                lm_eval_doc_hash(t["sentence"], r["label"], r["idx"]), "lm-eval's doc hash of (sentence, label, idx)")
-    C.add(name, L, PRIVATE_TEXTS, len(records), bad)
-    return texts
+    return check
