@@ -119,8 +119,10 @@ CONFIG = {
 
     "harness": {
         # the mini harness (harness/, experiments/harness.py); run.py --experiment harness reads these
-        # None: O/.harness_tasks, seeded from fixtures/harness_tasks when it has none; a set directory must exist
+        # None: the shipped fixtures/harness_tasks, read in place (copies kept in O/private/harness/tasks/); a set
+        # directory must exist (it is never created or seeded)
         "harness_tasks_dir": None,
+        "harness_adapter": "smollm2",  # smollm2 (the prepared model) | toy | wrong (harness/adapters.py; no weights)
         "harness_batch_size": 4,       # prompts per adapter call (SmolLM2 still runs one sequence per forward pass)
         "harness_timeout_s": 120.0,    # per-example wall-clock budget for the adapter; a batch of n gets n times it
         "harness_max_new_tokens": 128, # greedy generation length cap for the SmolLM2 adapter

@@ -16,12 +16,14 @@ match the lock, nothing more.
 import argparse
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -156,6 +158,36 @@ def sweep_temporaries(cache):
     for sub in ("downloads", "models", "data"):
         for p in (cache / sub).rglob(".*.tmp"):
             p.unlink()
+
+
+def repairable_manifest(cache):
+    """The manifest to build on. One that does not parse or has the wrong shape (resources.load_manifest refuses
+    it) is set aside as manifest.json.bad-<UTC time> and rebuilt: its well-shaped entries are kept only as
+    candidates (every prepare step re-hashes an entry's files before trusting it, and run.py re-hashes them
+    again), everything else is prepared again from the verified files."""
+    try:
+        return R.load_manifest(cache)
+    except ResourceError as e:
+        problem = str(e)
+    path = R.manifest_path(cache)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        raw = None
+    kept = {}
+    if isinstance(raw, dict) and isinstance(raw.get("resources"), dict):
+        kept = {rid: e for rid, e in raw["resources"].items() if R.entry_shape_problem(rid, e) is None}
+    aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    try:
+        os.replace(path, aside)
+    except OSError as e:
+        raise ResourceError(f"{path}: cannot set the damaged manifest aside ({e.strerror or e})")
+    manifest = {"resources": kept}
+    R.save_manifest(cache, manifest)
+    say(f"warning: {problem.split('; run:')[0]}; repairing: the damaged file is kept as {aside.name}, "
+        f"{len(kept)} well-shaped entr{'y' if len(kept) == 1 else 'ies'} kept for re-verification, the rest is "
+        "prepared again from verified files")
+    return manifest
 
 
 def drop_entry(cache, manifest, rid):
@@ -734,13 +766,18 @@ def main(argv=None):
         verify_cache(cache, lock, {r for r in (args.model, args.data) if r})
         return
     plan = plan_resources(ap, args, lock)
+    if cache.exists() and not cache.is_dir():
+        raise ResourceError(f"--cache {cache}: exists and is not a directory")
     cache.mkdir(parents=True, exist_ok=True)
     lock_fd = lock_cache(cache)
     try:
         sweep_temporaries(cache)
-        manifest = R.load_manifest(cache)
+        manifest = repairable_manifest(cache)
         for kind, rid, entry, src in plan:
             prepare_one(cache, manifest, args, kind, rid, entry, src)
+    except OSError as e:        # the cache's disk: full, read-only, not writable
+        raise ResourceError(f"--cache {cache}: {e.strerror or e}{' (' + str(e.filename) + ')' if e.filename else ''}"
+                            "; the temp files were removed and nothing unverified is in the manifest")
     finally:
         os.close(lock_fd)
     done = []
@@ -756,3 +793,5 @@ if __name__ == "__main__":
         main()
     except ResourceError as e:
         R.fail(str(e))
+    except OSError as e:        # creating the cache directory or its lock file
+        R.fail(f"{e.filename or 'the cache directory'}: {e.strerror or e}")

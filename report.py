@@ -10,9 +10,11 @@ wrote them; unlike audit.py it checks nothing — it shows what the evidence say
 Numbers are rounded for reading, by what they are: counts as integers, accuracies and other rates to 4 decimals,
 p-values to 3 decimals (e-notation below 0.001), differences of log-likelihoods to 2 significant digits (0.0,
 1.2e-05), seconds to the millisecond; null is "—". The exact value, as json.dumps wrote it into the evidence, stays
-in every number cell's data-value attribute (and its tooltip), so a reader can still grep summary.json for any
-figure on the page, and tests/test_report.py does. Derived figures (MiB, the flip matrices counted from
-records.jsonl) are labelled.
+in every number cell's data-value attribute (and its tooltip), and the place it was read from in data-src
+("<exp>/<file>#<dotted.path>", or "<exp>/records.jsonl#<line>.<path>", line from 1): audit.py checks every such
+cell against the evidence. A figure the page computes (MiB, the flip matrices counted from records.jsonl, sums)
+has no data-value and is labelled derived. The page is deterministic (the same evidence gives the same bytes: no
+clock, no path of O) and shows no audit state: it tells the reader to run audit.py O.
 
 Every table that a test or a reader may want to find has an id: "<experiment>-<what>", e.g. "options-conditions".
 A section that cannot be rendered (evidence of an unexpected shape) shows the error and the generic table of its
@@ -23,8 +25,9 @@ import base64
 import html
 import io
 import json
+import os
 import sys
-import time
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -83,10 +86,45 @@ def fmt(x, style="general"):
 
 
 class Num:
-    """A number cell: shown rounded by style; its exact JSON text is kept in data-value (and the tooltip)."""
+    """A number cell: shown rounded by style; its exact JSON text is kept in data-value (and the tooltip), the place
+    in the evidence it was read from in data-src (a number the page computes is labelled derived instead)."""
 
     def __init__(self, value, style="general"):
         self.value, self.style = value, style
+
+
+class SourcedInt(int):
+    """An int read from an experiment's evidence file, with the place it was read from (data-src)."""
+    src = None
+
+
+class SourcedFloat(float):
+    """A float read from an experiment's evidence file, with the place it was read from (data-src)."""
+    src = None
+
+
+class SourcedList(list):
+    """A list read from an experiment's evidence file, with the place it was read from (data-src)."""
+    src = None
+
+
+def sourced(obj, src):
+    """obj (parsed JSON) with every number and list marked with its data-src ("<exp>/<file>#<dotted.path>"); the
+    marks survive only plain reading: any arithmetic gives a plain number again, which the page shows as derived.
+    A path through a key holding "." cannot be written dotted: such values stay unmarked (derived)."""
+    if isinstance(obj, dict):
+        return {k: sourced(v, f"{src}{'.' if not src.endswith('#') else ''}{k}" if src and "." not in str(k)
+                           else None) for k, v in obj.items()}
+    if isinstance(obj, list):
+        out = SourcedList(sourced(v, f"{src}{'.' if not src.endswith('#') else ''}{i}" if src else None)
+                          for i, v in enumerate(obj))
+        out.src = src
+        return out
+    if isinstance(obj, bool) or not isinstance(obj, (int, float)) or src is None:
+        return obj
+    out = SourcedInt(obj) if isinstance(obj, int) else SourcedFloat(obj)
+    out.src = src
+    return out
 
 
 def count(x):
@@ -95,6 +133,14 @@ def count(x):
 
 def rate(x):
     return Num(x, "rate")
+
+
+def evidence_src(path, line=None):
+    """The data-src prefix of an experiment's evidence file (<exp>/<file>#), None for a file at the top of O."""
+    path = Path(path)
+    if path.parent.name in ("", ".") or path.parent.name == "private" or not (path.parent / "summary.json").exists():
+        return None
+    return f"{path.parent.name}/{path.name}#" + (f"{line}" if line is not None else "")
 
 
 class Raw(str):
@@ -116,8 +162,11 @@ def cell(c):
     else:
         return f"<td>{esc(fmt(value))}</td>"
     exact = json.dumps(value)
+    src = getattr(value, "src", None)
+    if src is None or src.endswith("#"):
+        return f'<td class="num derived" title="derived from the evidence">{esc(text)}</td>'
     tip = f' title="{esc(exact)}"' if text != exact else ""
-    return f'<td class="num" data-value="{esc(exact)}"{tip}>{esc(text)}</td>'
+    return f'<td class="num" data-src="{esc(src)}" data-value="{esc(exact)}"{tip}>{esc(text)}</td>'
 
 
 # ---- small helpers -------------------------------------------------------------------------------------------
@@ -188,14 +237,17 @@ def plt_fig(w=5.0, h=3.2, ncols=1):
 
 
 def read_json(path):
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A JSON file; an experiment's file comes back with its numbers marked by their data-src (sourced)."""
+    return sourced(json.loads(Path(path).read_text(encoding="utf-8")), evidence_src(path))
 
 
 def read_jsonl(path):
     path = Path(path)
     if not path.exists():
         return []
-    return [json.loads(l) for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+    src = evidence_src(path)
+    return [sourced(json.loads(line), src and f"{src}{k}") for k, line in
+            enumerate(path.read_text(encoding="utf-8").splitlines(), start=1) if line.strip()]
 
 
 def read_optional(path):
@@ -886,24 +938,6 @@ def experiment_section(out, name):
             f"{extra}</section>")
 
 
-def audit_section(out):
-    path = out / "audit.json"
-    a = read_optional(path)
-    if not a or not isinstance(a.get("checks"), list):
-        return note("audit.py has not been run on this directory (no audit.json): run python audit.py O.")
-    per = {}
-    for c in a["checks"]:
-        d = per.setdefault(c.get("experiment"), {})
-        d[c.get("status")] = d.get(c.get("status"), 0) + 1
-    statuses = sorted({s for d in per.values() for s in d})
-    rows = [(e, *[d.get(s, 0) for s in statuses]) for e, d in sorted(per.items(), key=lambda x: str(x[0]))]
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
-    return ("<h2>audit.json</h2>" + note(f"As last written by audit.py at {when} (levels: "
-                                          f"{', '.join(a.get('levels') or [])}; exit code {a.get('exit_code')}); "
-                                          "it may predate the evidence shown below if the run was repeated.")
-            + table(["experiment", *statuses], rows, "audit-status"))
-
-
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
 h2{border-bottom:2px solid #4c72b0;padding-bottom:2px;margin-top:2em}h3{margin:1.2em 0 .3em}
@@ -929,40 +963,64 @@ def experiment_names(out):
     return names
 
 
+def run_id_of(out, names):
+    """The run id the page is built for: environment.json's, else MANIFEST.json's, else the first identity's."""
+    for path in [out / "environment.json", out / "MANIFEST.json", *(out / n / "identity.json" for n in names)]:
+        rid = read_optional(path).get("run_id") if path.is_file() else None
+        if isinstance(rid, str):
+            return rid
+    return ""
+
+
 def build(out):
+    """The page, deterministic: the same evidence gives the same bytes (no clock, no path of O, no audit state)."""
     out = Path(out)
     names = experiment_names(out)
     env = read_optional(out / "environment.json")
-    env_rows = [("git commit", env.get("git_commit")), ("git dirty", env.get("git_dirty")),
-                ("code sha256", env.get("code_sha256")), ("python", env.get("python")),
-                ("platform", env.get("platform")), ("cpu", env.get("cpu")), ("cpu count", env.get("cpu_count")),
-                ("torch threads", env.get("torch_threads")),
+    env_rows = [("run id", env.get("run_id")), ("git commit", env.get("git_commit")),
+                ("git dirty", env.get("git_dirty")), ("code sha256", env.get("code_sha256")),
+                ("python", env.get("python")), ("platform", env.get("platform")), ("cpu", env.get("cpu")),
+                ("cpu count", env.get("cpu_count")), ("torch threads", env.get("torch_threads")),
                 ("command line", " ".join(map(str, env.get("command_line") or [])) or None)]
+    env_rows = [(k, fmt(v)) for k, v in env_rows]       # shown as text: environment.json is not an experiment's file
     env_rows += [(k, v) for k, v in sorted((env.get("versions") or {}).items())]
     sections = "".join(experiment_section(out, n) for n in names)
-    try:
-        audit = audit_section(out)
-    except Exception:
-        audit = render_error("audit.json")
     toc = " · ".join(f'<a href="#{esc(n)}">{esc(n)}</a>' for n in names) or "no experiment evidence found"
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Evidence report: {esc(out.name)}</title>"
+    run_id = run_id_of(out, names)
+    return ("<!doctype html><html><head><meta charset='utf-8'>"
+            f'<meta name="evidence-run-id" content="{esc(run_id)}">'
+            f"<title>Evidence report {esc(run_id)}</title>"
             f"<style>{CSS}</style></head><body><h1>Evidence report</h1>"
-            f"<p>Built from <code>{esc(out)}</code> at {esc(time.strftime('%Y-%m-%d %H:%M:%S'))} by report.py, from "
-            "the evidence files only. Numbers are rounded for reading (rates to 4 decimals, log-likelihood "
+            "<p>Built by report.py from the evidence files of this directory only (the same evidence always gives "
+            "the same page). Numbers are rounded for reading (rates to 4 decimals, log-likelihood "
             "differences to 2 significant digits, — means null); hover over a number to see the exact value written "
-            "in the evidence. Agreement of two implementations shows a score was computed as declared; it does not "
-            "show that the task or its labels are valid. A development subset of a fixture is not a benchmark "
-            "result.</p>"
-            f"<p>{toc}</p>{table(['environment', 'value'], env_rows, 'environment')}{audit}"
-            f"{sections}</body></html>")
+            "in the evidence, whose place its data-src attribute names (numbers marked derived are computed from "
+            "the evidence for this page). Agreement of two implementations shows a score was computed as declared; "
+            "it does not show that the task or its labels are valid. A development subset of a fixture is not a "
+            "benchmark result.</p>"
+            f"<p>{toc}</p>{table(['environment', 'value'], env_rows, 'environment')}"
+            + note("This page shows no audit result: run python audit.py O to check the evidence (the audit also "
+                   "checks this page against it).")
+            + f"{sections}</body></html>")
 
 
 def write(out):
-    text = build(out)
+    """Write OUT/report.html atomically (temp file in OUT, fsync, rename); on any error (a full disk) the temp file
+    is removed and the error raised: the evidence and an earlier report.html are untouched. (resources.py has the
+    same few lines: report.py imports none of the code that wrote the evidence, so it keeps its own copy.)"""
     path = Path(out) / "report.html"
-    tmp = path.with_name(".report.html.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    data = build(out).encode("utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".report.html.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     return path
 
 
@@ -976,7 +1034,12 @@ def main(argv=None):
         why = "not a directory" if args.out.exists() else "no such output directory"
         print(f"report.py: error: {args.out}: {why}; run run.py --out {args.out} first", file=sys.stderr)
         return 2
-    print(write(args.out))
+    try:
+        print(write(args.out))
+    except OSError as e:
+        print(f"report.py: error: {args.out / 'report.html'}: not written ({e.strerror or e}); the evidence is "
+              "untouched and no temporary file is left", file=sys.stderr)
+        return 2
     return 0
 
 

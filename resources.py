@@ -377,14 +377,58 @@ def manifest_path(cache):
     return Path(cache) / MANIFEST
 
 
+def entry_shape_problem(rid, entry):
+    """None if a manifest entry has the shape run.py and prepare.py read, else what is wrong (one phrase)."""
+    if not isinstance(entry, dict):
+        return f"resource {rid!r} is a {type(entry).__name__}, expected an object"
+    if entry.get("kind") not in ("model", "data"):
+        return f"resource {rid!r}: kind {entry.get('kind')!r}, expected 'model' or 'data'"
+    if not isinstance(entry.get("source"), dict):
+        return f"resource {rid!r}: source is missing or not an object"
+    files = entry.get("files")
+    if not isinstance(files, dict) or not files:
+        return f"resource {rid!r}: files is missing, empty or not an object"
+    for rel, meta in files.items():
+        if not (isinstance(meta, dict) and isinstance(meta.get("sha256"), str) and len(meta["sha256"]) == 64
+                and isinstance(meta.get("size"), int) and not isinstance(meta["size"], bool)):
+            return f"resource {rid!r}: files[{rel!r}] must be {{\"sha256\": 64 hex digits, \"size\": int}}"
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            return f"resource {rid!r}: files[{rel!r}] is not a path inside the cache"
+    if entry["kind"] == "data" and not isinstance(entry.get("content_sha256"), str):
+        return f"resource {rid!r}: content_sha256 is missing or not a string"
+    return None
+
+
+def manifest_shape_problem(manifest):
+    """None if a parsed manifest is {"resources": {id: entry}} with every entry well shaped, else the first problem."""
+    if not isinstance(manifest, dict):
+        return f"the top level is a {type(manifest).__name__}, expected an object with \"resources\""
+    if not isinstance(manifest.get("resources"), dict):
+        return "\"resources\" is missing or not an object"
+    for rid, entry in sorted(manifest["resources"].items()):
+        problem = entry_shape_problem(rid, entry)
+        if problem:
+            return problem
+    return None
+
+
 def load_manifest(cache):
+    """The cache manifest, checked for shape: a file that does not parse, or parses to another shape, is refused on
+    one line (prepare.py repairs it: prepare_manifest)."""
     path = manifest_path(cache)
     if not path.exists():
         return {"resources": {}}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ResourceError(f"{path}: not valid JSON ({e}); delete it and run prepare.py again")
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise ResourceError(f"{path}: not valid JSON ({str(e)[:120]}); run: python prepare.py --cache {cache} to "
+                            "repair it")
+    except OSError as e:
+        raise ResourceError(f"{path}: cannot read it ({e.strerror or e})")
+    problem = manifest_shape_problem(manifest)
+    if problem:
+        raise ResourceError(f"{path}: wrong shape: {problem}; run: python prepare.py --cache {cache} to repair it")
+    return manifest
 
 
 def save_manifest(cache, manifest):
@@ -422,9 +466,10 @@ def verified_inputs(cache, model_id, data_id):
     data_entry = verify_resource_files(cache, data_id, manifest)
     model_dir = cache / "models" / model_id
     parquet = cache / "data" / data_id / "validation.parquet"
-    for path in (model_dir / "model.safetensors", model_dir / "tokenizer.json", parquet):
+    for path, entry in ((model_dir / "model.safetensors", model_entry), (model_dir / "tokenizer.json", model_entry),
+                        (parquet, data_entry)):
         rel = str(path.relative_to(cache))
-        if rel not in model_entry["files"] and rel not in data_entry["files"]:
+        if rel not in entry["files"]:
             raise ResourceError(f"{path}: not listed in the manifest; run: python prepare.py --cache {cache}")
     model_identity = {
         "id": model_id, "dir": str(model_dir),
@@ -432,6 +477,9 @@ def verified_inputs(cache, model_id, data_id):
         "tokenizer_sha256": model_entry["files"][f"models/{model_id}/tokenizer.json"]["sha256"],
         "source": model_entry["source"],
     }
+    if data_entry["kind"] != "data" or model_entry["kind"] != "model":
+        raise ResourceError(f"{cache / MANIFEST}: --model {model_id} is a {model_entry['kind']} entry and --data "
+                            f"{data_id} a {data_entry['kind']} entry; run: python prepare.py --cache {cache}")
     return model_dir, parquet, model_identity, data_entry
 
 

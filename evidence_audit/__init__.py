@@ -8,10 +8,21 @@
 
 Options: --cache C (prepared cache; default: two levels above config.json's model.dir), --experiment NAME (audit
 only NAME; repeatable), --report PATH (default O/audit.json, or O/audit.mutations.json with --mutations), --threads
-N (torch threads for --forward, default 1), --strict (a requested check that had to be skipped exits 1).
+N (torch threads for --forward, default 1), --strict (a requested check that had to be skipped exits 1),
+--public-only (the reader holds published evidence without O/private/, and says so).
 The report on stdout has one line per check group; the JSON report holds every check and every failure message.
 
 Levels (each reported separately, per experiment and per check group, with the number of items checked):
+  manifest    (always, first) O/MANIFEST.json, which run.py writes last, against the files under O: a file added
+              (dot-files and dot-directories too), removed or changed (size, sha256); a symlink or special file
+              anywhere under O, O/private included; an experiment listed but gone or renamed; one run id in
+              MANIFEST.json, environment.json, every identity.json and every O/private/<exp>/run.json; each
+              experiment's private files against the manifest's digest of them. A forger who rewrites
+              MANIFEST.json too passes this level: the deeper levels still catch an inconsistent edit
+              (arithmetic), edited texts (identity) and edited scores (forward). Cite the evidence digest (the
+              sha256 of MANIFEST.json, printed by run.py) next to the commit so a rewritten manifest shows.
+              report.html (derived from the evidence) is checked at the arithmetic level: its run id, and every
+              number cell's data-value equal to the evidence value its data-src names, shown as a rounding of it.
   arithmetic  recomputes predictions (first index wins ties), correctness, accuracies, counts, the constant-class
               baseline, agreement figures, lm-eval's per-item acc, the item-selection rule, token counts and every
               value in summary.json from records.jsonl + config.json. Needs nothing but O.
@@ -48,10 +59,18 @@ this package, on purpose. The arithmetic level uses only the standard
 library; torch, tokenizers, safetensors and pyarrow are imported inside the deeper levels only.
 
 Exit codes: 0 every claim recomputes; 1 a check failed (the message names the item idx and the field); 2 the
-evidence is unreadable (missing O, unparseable JSON: the message names the file and line; no report is written).
-With --strict, a requested check that had to be skipped also exits 1.
+evidence is unreadable (missing O, unparseable or non-strict JSON: the message names the file and line; no report
+is written). With --strict, a requested check that had to be skipped also exits 1. When MANIFEST.json lists private
+evidence and O/private/ is absent, the verdict is "INCOMPLETE: O/private/ absent ...", exit 1, never a bare PASS;
+with --public-only it is "PASS (public evidence only; identity and forward levels not run)".
 
-Modules (reading order): reading (strict evidence reading), checks (the check/result model and the report),
+Strict reading (every evidence file, the manifest, report.html's data-value, review sheets): strict UTF-8 (no BOM,
+no lone surrogates, not even from \\u escapes), no duplicate key, no NaN/Infinity or overflowing number, integers of
+at most 100 digits, nesting at most 64 deep, lines of at most 64 MiB, files of at most 1 GiB, regular files only.
+A violation is one line naming the file, line and field, exit 2.
+
+Modules (reading order): reading (strict evidence reading), manifest (the manifest level), report_page
+(report.html against the evidence), checks (the check/result model and the report),
 definitions (rules written again on purpose), shared (check groups every experiment runs), tokens (identity
 level), forward (forward level), fast_mode (run.py --fast figures), rules/ (one module per experiment),
 driver (audit one directory), mutations (the self-test), cli (argparse).

@@ -94,6 +94,9 @@ def first_failure(report):
     return next((r for r in report["checks"] if r["status"] == "FAIL"), None)
 
 
+LEVELS_SAY = ("levels: manifest = files added, removed or changed since the run (a forger who rewrites MANIFEST.json "
+              "too passes it); arithmetic = edits that do not stay consistent; identity (--tokens) = edited texts; "
+              "forward (--forward) = edited scores (the model's own numbers)")
 CHECK_WIDTH = 72      # the check column of the console table; audit.json holds every name in full
 
 
@@ -112,7 +115,8 @@ def print_report(report, stream=sys.stdout):
         elif r["note"] and (r["status"] == "SKIPPED" or "max |" in r["note"] or r["note"].isupper()):
             line += f"  {r['note']}"
         p(line)
-    verdict = "PASS" if report["exit_code"] == 0 else "FAIL"
+    p(LEVELS_SAY)
+    verdict = report.get("result") or ("PASS" if report["exit_code"] == 0 else "FAIL")
     p(f"RESULT: {verdict}: {report['n_pass']} passed, {report['n_fail']} failed, {report['n_skipped']} skipped "
       f"({report['n_skipped_requested']} of them requested but impossible here) -> exit {report['exit_code']}")
 

@@ -29,6 +29,9 @@ def parse_args(argv):
     ap.add_argument("--threads", type=int, default=forward.THREADS,
                     help="torch threads for --forward (default: %(default)s)")
     ap.add_argument("--strict", action="store_true", help="a requested level that had to be skipped exits 1")
+    ap.add_argument("--public-only", action="store_true",
+                    help="audit published evidence without O/private/ (the manifest lists it): the headline says "
+                         "PASS (public evidence only; ...) instead of INCOMPLETE, exit 1")
     ap.add_argument("--review", type=Path, metavar="SHEET",
                     help="extraction: import a review sheet exported by O/private/extraction/review.html; a blank or "
                          "partly blank sheet is refused with the list of missing fields")
@@ -37,6 +40,10 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.public_only and (args.tokens or args.forward or args.mutations):
+        print("error: --public-only audits without O/private/: it cannot run --tokens, --forward or --mutations",
+              file=sys.stderr)
+        return 2
     forward.set_threads(args.threads)
     extraction.REVIEW_SHEET = args.review
     try:
@@ -46,9 +53,9 @@ def main(argv=None):
         else:
             levels = ("arithmetic",) + (("identity",) if args.tokens or args.forward else ()) \
                 + (("forward",) if args.forward else ())
-            report = audit(args.out, levels, args.cache, args.experiment)
+            report = audit(args.out, levels, args.cache, args.experiment, public_only=args.public_only)
             if args.strict and report["n_skipped_requested"] and report["exit_code"] == 0:
-                report["exit_code"] = 1
+                report["exit_code"], report["result"] = 1, "FAIL"
             print_report(report)
             if args.review is not None:
                 extraction.ext_print_review(report)
@@ -57,6 +64,11 @@ def main(argv=None):
         print(f"error: unreadable evidence: {e}", file=sys.stderr)
         return 2
     path = args.report or default_report
-    write_report(path, report)
+    try:
+        write_report(path, report)
+    except OSError as e:        # e.g. published evidence on a read-only medium: the verdict above still stands
+        print(f"warning: could not write the JSON report {path} ({e.strerror}); pass --report PATH elsewhere",
+              file=sys.stderr)
+        return report["exit_code"]
     print(f"report: {path}")
     return report["exit_code"]

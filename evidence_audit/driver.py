@@ -2,20 +2,27 @@
 from pathlib import Path
 
 from evidence_audit.checks import Checks
+from evidence_audit.manifest import manifest_check
 from evidence_audit.reading import Unreadable
+from evidence_audit.report_page import report_html_check
 from evidence_audit.rules import RULES
 
 AUDIT_FORMAT = 1
 A = "arithmetic"
 
 
-def audit(out, levels=("arithmetic",), cache=None, only=None):
-    """Audit every experiment directory under `out` (or those named in `only`; the rest are reported as SKIPPED).
+def audit(out, levels=("arithmetic",), cache=None, only=None, public_only=False):
+    """Audit every experiment directory under `out` (or those named in `only`; the rest are reported as SKIPPED):
+    the manifest level first (MANIFEST.json against the files), then each experiment's rule, then report.html.
+    `public_only`: the reader holds published evidence without O/private/ and says so (see headline).
     Returns the report dict; raises Unreadable (exit 2)."""
     out = Path(out)
+    if out.is_symlink():
+        raise Unreadable(f"{out}: a symlink; audit the evidence directory itself, not a link to it")
     if not out.is_dir():
         raise Unreadable(f"{out}: no such evidence directory; run: python run.py --cache CACHE --out {out}")
     C = Checks()
+    sealed = manifest_check(C, out, public_only)
     experiments = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")
                          and p.name != "private")
     if not experiments:
@@ -31,14 +38,39 @@ def audit(out, levels=("arithmetic",), cache=None, only=None):
                                              "verified (add one to RULES in evidence_audit/rules)"])
         else:
             info[name] = RULES[name](C, name, out, levels, cache)
+    report_html_check(C, out, sealed["run_id"], sealed["manifest"])
     stray_evidence(C, out, experiments, only)
+    if public_only and sealed["private_absent"]:      # the reader said so: a check needing O/private/ was not asked
+        for r in C.rows:
+            if r["status"] == "SKIPPED" and "private" in r["note"]:
+                r["requested"] = False
     status = [r["status"] for r in C.rows]
     skipped_requested = [r for r in C.rows if r["status"] == "SKIPPED" and r.get("requested", True)]
-    return {"audit_format": AUDIT_FORMAT, "evidence": str(out), "levels": list(levels),
-            "cache": str(cache) if cache else None, "experiments": experiments, "checks": C.rows,
-            "n_pass": status.count("PASS"), "n_fail": status.count("FAIL"), "n_skipped": status.count("SKIPPED"),
-            "n_skipped_requested": len(skipped_requested), "details": info,
-            "exit_code": 1 if "FAIL" in status else 0}
+    report = {"audit_format": AUDIT_FORMAT, "evidence": str(out), "levels": list(levels),
+              "cache": str(cache) if cache else None, "experiments": experiments, "checks": C.rows,
+              "n_pass": status.count("PASS"), "n_fail": status.count("FAIL"), "n_skipped": status.count("SKIPPED"),
+              "n_skipped_requested": len(skipped_requested), "details": info, "run_id": sealed["run_id"],
+              "public_only": public_only, "private_absent": sealed["private_absent"],
+              "exit_code": 1 if "FAIL" in status else 0}
+    return headline(report)
+
+
+def headline(report):
+    """The verdict line's word (report["result"]) and the exit code, by decision 6: private evidence that the
+    manifest lists but O/private/ lacks never gives a bare PASS — INCOMPLETE, exit 1, unless the reader passed
+    --public-only, which gives "PASS (public evidence only; ...)"."""
+    absent = report["private_absent"]
+    if report["exit_code"] != 0:
+        report["result"] = "FAIL"
+    elif absent and not report["public_only"]:
+        report["exit_code"] = 1
+        report["result"] = (f"INCOMPLETE: O/private/ absent (MANIFEST.json lists private evidence of "
+                            f"{', '.join(absent)}); pass --public-only to audit published evidence without it")
+    elif absent:
+        report["result"] = "PASS (public evidence only; identity and forward levels not run)"
+    else:
+        report["result"] = "PASS"
+    return report
 
 
 def stray_evidence(C, out, experiments, only):

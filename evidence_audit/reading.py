@@ -2,6 +2,9 @@
 file and line; nothing here guesses or repairs. Also the sha256 helpers and where the cache keeps model and data."""
 import hashlib
 import json
+import math
+import re
+import stat
 from pathlib import Path
 
 REQUIRED = ["config.json", "identity.json", "records.jsonl", "summary.json", "stages.json"]
@@ -13,41 +16,170 @@ class Unreadable(Exception):
 
 
 # ---- reading evidence --------------------------------------------------------------------------------------------
+# Every byte the audit reads from an evidence directory or a review sheet is untrusted: these bounds make a hostile
+# file one line of exit 2 (file, line, field) instead of a traceback, a silent "last key wins", or a stall.
 
-def read_text(path):
-    """The UTF-8 text of an evidence file."""
+MAX_FILE_BYTES = 1 << 30        # one evidence file (records and private texts of a full run are a few MB)
+MAX_LINE_CHARS = 64 << 20       # one line of a JSON/JSONL file
+MAX_DEPTH = 64                  # nesting of arrays and objects
+MAX_INT_DIGITS = 100            # an integer literal (token ids, counts and sizes have at most 20 digits)
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def read_bytes(path, limit=MAX_FILE_BYTES):
+    """The bytes of an evidence file, refusing one over `limit` bytes before reading it."""
     path = Path(path)
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise Unreadable(f"{path}: not UTF-8 ({e})")
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise Unreadable(f"{path}: not a regular file (a device, pipe or directory is never evidence)")
+        size = st.st_size
+        if size > limit:
+            raise Unreadable(f"{path}: line 1: file of {size} bytes is over the audit's limit of {limit} bytes")
+        with open(path, "rb") as f:
+            return f.read(limit + 1)
     except OSError as e:
         raise Unreadable(f"{path}: cannot read ({e.strerror})")
 
 
-def read_json(path):
-    """One JSON document."""
-    text = read_text(path)
+def read_text(path, limit=MAX_FILE_BYTES):
+    """The strict UTF-8 text of an evidence file (no BOM, no invalid or surrogate byte sequences)."""
+    data = read_bytes(path, limit)
     try:
-        return json.loads(text)
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise Unreadable(f"{path}: line {line}: not UTF-8 ({e.reason} at byte {e.start})")
+    if text.startswith("\ufeff"):
+        raise Unreadable(f"{path}: line 1: starts with a byte order mark (run.py writes plain UTF-8)")
+    return text
+
+
+class _Bad(Exception):
+    """A strict-JSON violation inside one document: (message, regex locating the offending text, which match)."""
+
+
+def _no_constant(name):
+    raise _Bad(f"non-finite number {name} (JSON has none)", r"(?<![\w\"])(?:NaN|-?Infinity)(?![\w\"])", 0)
+
+
+def _int(s):
+    digits = len(s.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise _Bad(f"integer of {digits} digits (over the audit's limit of {MAX_INT_DIGITS})",
+                   r"\d{%d,}" % (MAX_INT_DIGITS + 1), 0)
+    return int(s)
+
+
+def _float(s):
+    if len(s) > MAX_INT_DIGITS + 30:
+        raise _Bad(f"number literal of {len(s)} characters (over the audit's limit)", re.escape(s[:50]), 0)
+    v = float(s)
+    if not math.isfinite(v):
+        raise _Bad(f"number {s} overflows to {v}", re.escape(s), 0)
+    return v
+
+
+def _pairs(pairs):
+    obj = {}
+    for k, v in pairs:
+        if k in obj:
+            raise _Bad(f"duplicate key {k!r} (JSON readers disagree on which value wins)",
+                       re.escape(json.dumps(k)) + r"\s*:", 1)
+        obj[k] = v
+    return obj
+
+
+def _locate(text, pattern, nth, first_line):
+    """(line, field) of the nth match of `pattern` in text: its line, and the key just before it on that line."""
+    hits = list(re.finditer(pattern, text))
+    if not hits:
+        return first_line, None
+    pos = hits[min(nth, len(hits) - 1)].start()
+    line_start = text.rfind("\n", 0, pos) + 1
+    keys = re.findall(r'"((?:[^"\\]|\\.)*)"\s*:', text[line_start:pos + (200 if nth else 0)])
+    return first_line + text.count("\n", 0, pos), (keys[-1] if keys else None)
+
+
+def _check_depth(text):
+    """The deepest nesting of arrays/objects outside strings, without recursion (json would recurse)."""
+    depth = deepest = 0
+    for b in _BRACKETS.findall(_STRINGS.sub("", text)):
+        depth += 1 if b in "[{" else -1
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            raise _Bad(f"nesting deeper than {MAX_DEPTH} levels")
+
+
+def _surrogates(obj, where=""):
+    """The key path of the first string (key or value) holding a lone surrogate (from a \\u escape), or None."""
+    if isinstance(obj, str):
+        return None if _encodable(obj) else where or "(value)"
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            here = f"{where}.{k}" if where else str(k)
+            if not _encodable(k):
+                return here
+            found = _surrogates(v, here)
+            if found:
+                return found
+    if isinstance(obj, list):
+        for i, v in enumerate(obj):
+            found = _surrogates(v, f"{where}.{i}" if where else str(i))
+            if found:
+                return found
+    return None
+
+
+def _encodable(s):
+    try:
+        s.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def parse_strict(text, where, first_line=1):
+    """One JSON document, strictly: no duplicate key, NaN/Infinity, overflowing number, integer over
+    MAX_INT_DIGITS digits, nesting over MAX_DEPTH, lone surrogate, or line over MAX_LINE_CHARS. Raises Unreadable
+    naming `where`, the line and the field."""
+    lines = text.split("\n")
+    long = next((i for i, line in enumerate(lines) if len(line) > MAX_LINE_CHARS), None)
+    if long is not None:
+        raise Unreadable(f"{where}: line {first_line + long}: line of {len(lines[long])} characters is over the "
+                         f"audit's limit of {MAX_LINE_CHARS}")
+    try:
+        _check_depth(text)
+        obj = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant, parse_int=_int,
+                         parse_float=_float)
     except json.JSONDecodeError as e:
-        raise Unreadable(f"{path}: line {e.lineno}: unparseable JSON ({e.msg}); re-run run.py to regenerate it")
+        raise Unreadable(f"{where}: line {first_line + e.lineno - 1}: unparseable JSON ({e.msg}); re-run run.py "
+                         "to regenerate it")
+    except _Bad as e:
+        line, key = _locate(text, e.args[1], e.args[2], first_line) if len(e.args) > 1 else (first_line, None)
+        raise Unreadable(f"{where}: line {line}:{f' field {key[:80]!r}:' if key else ''} {e.args[0]}")
+    except (RecursionError, ValueError, MemoryError) as e:     # belt and braces: never a traceback
+        raise Unreadable(f"{where}: line {first_line}: unreadable JSON ({type(e).__name__})")
+    bad = _surrogates(obj)
+    if bad is not None:
+        raise Unreadable(f"{where}: line {first_line}: field {bad[:80]!r}: string holds a lone surrogate (not UTF-8)")
+    return obj
 
 
-def read_jsonl(path):
-    """One JSON document per line (a final newline is optional)."""
-    text = read_text(path)
+def read_json(path, limit=MAX_FILE_BYTES):
+    """One JSON document, read strictly (parse_strict)."""
+    return parse_strict(read_text(path, limit), path)
+
+
+def read_jsonl(path, limit=MAX_FILE_BYTES):
+    """One JSON document per line (a final newline is optional), each read strictly (parse_strict)."""
+    text = read_text(path, limit)
     # split on "\n" only: json.dumps(ensure_ascii=False) leaves U+2028 and friends unescaped inside strings
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
-    rows = []
-    for n, line in enumerate(lines, start=1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise Unreadable(f"{path}: line {n}: unparseable JSON ({e.msg}); re-run run.py to regenerate it")
-    return rows
+    return [parse_strict(line, path, n) for n, line in enumerate(lines, start=1)]
 
 
 def sha256_text(text):
@@ -57,15 +189,30 @@ def sha256_text(text):
 _FILE_SHA = {}  # (path, size, mtime_ns) -> sha256; the mutation self-test hashes the same 500 MB file many times
 
 
-def sha256_file(path):
-    st = Path(path).stat()
-    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _FILE_SHA:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _FILE_SHA[key] = h.hexdigest()
+def _hash_regular_file(path, st):
+    if not stat.S_ISREG(st.st_mode):
+        raise Unreadable(f"{path}: not a regular file (a device, pipe or directory is never evidence)")
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h
+
+
+def sha256_file(path, cached=True):
+    """The sha256 of a file's bytes; `cached` reuses a hash keyed by (path, size, mtime) — the model file is hashed
+    once per process, but the manifest level re-hashes every evidence file (a forger can restore an mtime)."""
+    try:
+        st = Path(path).stat()
+        key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+        if key not in _FILE_SHA or not cached:
+            h = _hash_regular_file(path, st)
+        if not cached:
+            return h.hexdigest()
+        if key not in _FILE_SHA:
+            _FILE_SHA[key] = h.hexdigest()
+    except OSError as e:
+        raise Unreadable(f"{path}: cannot read ({e.strerror})")
     return _FILE_SHA[key]
 
 

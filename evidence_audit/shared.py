@@ -21,7 +21,7 @@ CONFIG_SECTIONS = ("shared", "protocol", "options", "mctaco", "extraction", "har
 IDENTITY_RECOMPUTED = {"model_sha256", "tokenizer_sha256", "data_content_sha256", "prompt_template_sha256",
                        "scoring_config", "scoring_config_sha256", "official_config_sha256",
                        "official_task_config_sha256", "config_sections"}
-IDENTITY_DECLARED = {"git_commit", "git_dirty", "code_sha256", "versions"}
+IDENTITY_DECLARED = {"git_commit", "git_dirty", "code_sha256", "versions", "run_id"}
 STAGE_SUM_SLACK_S = 0.01    # rounding of the recorded stage times (4 decimals each)
 # one candidate of a multiple-choice record (protocol, MC-TACO)
 CANDIDATE_FIELDS = {"text": lambda v: isinstance(v, str), "start": is_int,
@@ -146,8 +146,9 @@ def config_sections_problems(bad, name, cfg, sections):
 
 def environment_check(C, name, ev):
     """Row "environment.json (...)": the process facts identity.json restates (commit, dirty flag, code hash,
-    library versions) are environment.json's, the same run's."""
-    check = "environment.json consistency (commit, dirty, code hash, versions)"
+    library versions, run id) are environment.json's, the same run's. (The run id is also tied to MANIFEST.json
+    and the private run.json files by the manifest level.)"""
+    check = "environment.json consistency (commit, dirty, code hash, versions, run id)"
     env, ident = ev.get("environment"), ev["identity"]
     if env is None or ident is None:
         C.skip(name, A, check, "environment.json or identity.json missing (named under 'required files')")

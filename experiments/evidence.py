@@ -1,14 +1,21 @@
-"""Writing evidence: atomic JSON/JSONL files, per-stage wall time and peak RSS, the run environment."""
+"""Writing evidence: atomic JSON/JSONL files, per-stage wall time and peak RSS, the run environment, and the output
+directory (one run per O, leftovers, the --out probe) with its MANIFEST.json and evidence digest."""
+import errno
 import json
 import os
 import platform
+import re
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
-from resources import REPO, atomic_write_json, atomic_write_text, sha256_bytes
+from resources import REPO, atomic_write_bytes, atomic_write_json, atomic_write_text, dumps, sha256_bytes, sha256_file
 
 
 def jsonl(records):
@@ -105,3 +112,162 @@ def environment(threads):
 def write_json(path, obj):
     atomic_write_json(path, obj)
 
+
+# ---- the output directory: one run per O, leftovers, a usable disk, the manifest -------------------------------
+# (PLAN decisions 1, 2, 4: run id, one run per O with --replace, temp dirs inside their areas, MANIFEST.json last)
+
+MANIFEST_FORMAT = "evidence-manifest/v1"
+MANIFEST_NAME = "MANIFEST.json"
+NOT_IN_MANIFEST = {MANIFEST_NAME, "audit.json", "audit.mutations.json"}
+PROBE_BYTES = 1 << 20      # an --out must take this much (write + fsync + delete) before any model is loaded
+
+
+def new_run_id():
+    """32 lowercase hex digits, one per run.py invocation."""
+    return uuid.uuid4().hex
+
+
+def evidence_entries(out, experiment_names):
+    """The names in O that make it hold evidence of an earlier run (sorted)."""
+    out = Path(out)
+    found = [n for n in (MANIFEST_NAME, "environment.json") if (out / n).exists()]
+    if (out / "private").is_dir() and any(not is_leftover(p.name) for p in (out / "private").iterdir()):
+        found.append("private")
+    found += [n for n in experiment_names if (out / n).exists()]
+    found += [p.name for p in out.glob("*.FAILED.json")]
+    return sorted(set(found))
+
+
+def is_leftover(name):
+    """A temp entry a killed run can leave: .tmp-* (this layout), .<exp>.tmp-*, .private-<exp>.tmp-*, .<file>.*.tmp
+    (atomic writes), .report.html.tmp and the old public .harness_tasks."""
+    return name.startswith(".") and (name.startswith(".tmp-") or ".tmp-" in name or name.endswith(".tmp")
+                                     or name == ".harness_tasks")
+
+
+STALE_OUTPUTS = ("run.log", "report.html", "audit.json", "audit.mutations.json")
+
+
+def is_stale_output(name):
+    """A file a run writes besides evidence (its log, the page, an audit's output, a pre-registration written before
+    its experiment ran): stale in an O that holds no evidence, i.e. left by a run that installed nothing."""
+    return name in STALE_OUTPUTS or name.endswith(".preregistration.json")
+
+
+def stray_entries(out, experiment_names):
+    """Names in O that no run writes (sorted): an O holding them is somebody's other directory, not run.py's."""
+    known = {MANIFEST_NAME, "environment.json", "private", *experiment_names}
+    return sorted(p.name for p in Path(out).iterdir() if p.name not in known and not is_leftover(p.name)
+                  and not is_stale_output(p.name) and not p.name.endswith(".FAILED.json"))
+
+
+def sweep_leftovers(out):
+    """Remove what a killed or failed run left in an O without evidence (temp entries in O and O/private/, its log,
+    page and pre-registration; none of it is evidence); the removed names, relative to O."""
+    out, removed = Path(out), []
+    for area in (out, out / "private"):
+        if not area.is_dir():
+            continue
+        for p in sorted(area.iterdir()):
+            if is_leftover(p.name) or (area == out and is_stale_output(p.name)):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+                removed.append(str(p.relative_to(out)))
+    return removed
+
+
+def old_run_label(out):
+    """The run id of the evidence in O (MANIFEST.json, else environment.json), else a UTC timestamp."""
+    for name in (MANIFEST_NAME, "environment.json"):
+        try:
+            rid = json.loads((Path(out) / name).read_text(encoding="utf-8")).get("run_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(rid, str) and re.fullmatch(r"[0-9a-f]{32}", rid):
+            return rid
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def set_aside(out):
+    """--replace: rename O to the sibling <O>.replaced-<old run id or timestamp>; returns the new path."""
+    out = Path(out)
+    base = out.with_name(f"{out.name}.replaced-{old_run_label(out)}")
+    dest, k = base, 1
+    while dest.exists():
+        dest, k = base.with_name(f"{base.name}-{k}"), k + 1
+    os.rename(out, dest)
+    return dest
+
+
+def probe_writable(directory, nbytes=PROBE_BYTES):
+    """None if `directory` takes a file of nbytes (write + fsync + delete), else why not (one line)."""
+    path = None
+    try:
+        fd, path = tempfile.mkstemp(dir=directory, prefix=".tmp-probe-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"\0" * nbytes)
+            f.flush()
+            os.fsync(f.fileno())
+        return None
+    except OSError as e:
+        what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
+                errno.EROFS: "the file system is read-only", errno.EACCES: "not writable",
+                errno.EPERM: "not writable"}.get(e.errno, e.strerror or type(e).__name__)
+        return f"{what} (could not write and fsync a {nbytes}-byte probe file: {e.strerror or e})"
+    finally:
+        if path is not None and os.path.exists(path):
+            os.unlink(path)
+
+
+def existing_ancestor(path):
+    """The nearest existing ancestor of `path` (path itself if it exists)."""
+    p = Path(os.path.abspath(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def file_sha256_size(path):
+    return sha256_file(path), os.path.getsize(path)
+
+
+def walk_files(root):
+    """Every regular file (and symlink) under root, as POSIX paths relative to root, sorted; dirs not followed."""
+    root, out = Path(root), []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            out.append((Path(dirpath) / name).relative_to(root).as_posix())
+    return sorted(out)
+
+
+def private_digest(exp_dir):
+    """{"n_files", "sha256"}: sha256 of the sorted "relpath\\tsha256\\n" lines of one experiment's private files,
+    relpath relative to O/private/<exp>/."""
+    lines = [f"{rel}\t{file_sha256_size(exp_dir / rel)[0]}\n" for rel in walk_files(exp_dir)]
+    return {"n_files": len(lines), "sha256": sha256_bytes("".join(lines).encode("utf-8"))}
+
+
+def build_manifest(out, run_id, installed, failed):
+    """MANIFEST.json's content (PLAN decision 4): every public file with size and sha256, the private digests."""
+    out = Path(out)
+    files = {}
+    for rel in walk_files(out):
+        if rel in NOT_IN_MANIFEST or rel.split("/", 1)[0] == "private":
+            continue
+        sha, size = file_sha256_size(out / rel)
+        files[rel] = {"sha256": sha, "size": size}
+    area = out / "private"
+    private = ({p.name: private_digest(p) for p in sorted(area.iterdir()) if p.is_dir() and not p.name.startswith(".")}
+               if area.is_dir() else {})
+    return {"format": MANIFEST_FORMAT, "run_id": run_id, "experiments": list(installed), "failed": list(failed),
+            "files": files, "private": private}
+
+
+def write_manifest(out, run_id, installed, failed):
+    """Write O/MANIFEST.json atomically (the last file of a run); return the evidence digest (sha256 of its bytes)."""
+    text = dumps(build_manifest(out, run_id, installed, failed)).encode("utf-8")
+    atomic_write_bytes(Path(out) / MANIFEST_NAME, text)
+    return sha256_bytes(text)

@@ -1,19 +1,25 @@
 """The mini harness on the prepared SmolLM2 (seed study 002): the fixture tasks, greedy chat replies, five metrics.
 
-Tasks come from config["harness_tasks_dir"], which must exist, or by default from O/.harness_tasks/, seeded from
-fixtures/harness_tasks when it has no task files. --smoke takes the first `harness_smoke_examples` example(s) of
-each task; dev takes all of them; the fixtures have no held-back part, so --split confirm scores the same examples
-as dev (and says so). Reads ctx.options.out only (no other run.py flag applies).
+Tasks come from config["harness_tasks_dir"], which must exist, or by default from the shipped fixture tasks
+(fixtures/harness_tasks), read in place: no working directory is made (nothing public holds prompts or targets).
+--smoke takes the first `harness_smoke_examples` example(s) of each task; dev takes all of them; the fixtures have
+no held-back part, so --split confirm scores the same examples as dev (and says so). Reads ctx.options.out only (no
+other run.py flag applies).
 
-The model is loaded here, through the repository's adapter.py, and handed to harness/ as an object: harness/
-imports nothing from the repository.
+The model is loaded here, through the repository's adapter.py, and handed to harness/ as an object: harness/ imports
+nothing from the repository.
+
+The adapter is config["harness_adapter"] (default smollm2; toy and wrong, harness/adapters.py, need no model weights
+but the tokenizer still names the chat template).
 
 Evidence: records.jsonl has one line per example without any text (task, id, prompt sha256, prediction sha256,
 score, timeout, latency, sandbox outputs for code_exec); summary.json is the leaderboard without predictions;
-O/private/harness/ holds leaderboard.json with every prediction and a copy of each task file scored, which is
-what audit.py recomputes task and overall scores from. Task files are hashed before and after the run; a file
-that changed underneath the run is an IdentityMismatch. A missing or malformed task file, or a sandbox that
-cannot be set up, is a ResourceError (exit 2).
+O/private/harness/ holds leaderboard.json with every prediction and a copy of each task file scored, which is what
+audit.py recomputes task and overall scores from, and (smollm2) generations.jsonl: per answered example the
+chat-rendered prompt, its token ids, the generated token ids and the finish reason, which audit.py --forward
+re-checks with its own forward pass (every generated token the greedy argmax, the stop rule). Task files are hashed
+before and after the run; a file that changed underneath the run is an IdentityMismatch. A missing or malformed task
+file, or a sandbox that cannot be set up, is a ResourceError (exit 2).
 """
 import hashlib
 import json
@@ -25,9 +31,9 @@ import adapter as model_adapter
 from experiments.context import Context, Result
 from experiments.evidence import IdentityMismatch
 from harness import leaderboard, runner
-from harness.adapters import SmolLM2Adapter
+from harness.adapters import make_adapter
 from harness.sandbox import DEFAULT_LIMITS, SandboxUnavailable
-from harness.tasks import FIXTURES, TaskFormatError, head, load_all_tasks, seed_fixture_tasks
+from harness.tasks import FIXTURES, TaskFormatError, head, load_all_tasks
 from resources import ResourceError, sha256_file
 
 NAME = "harness"
@@ -36,39 +42,29 @@ PROMPT_RULE = ("tokenizer.apply_chat_template([{'role': 'user', 'content': promp
                "no other text added")
 
 
-def default_tasks_dir(ctx):
-    # a dot directory: the audit treats every other directory in O as an experiment's evidence
-    return Path(ctx.options.out) / ".harness_tasks"
-
-
 def tasks_dir_of(ctx):
-    """(directory, seeded this run). Only the default directory is seeded: a configured one that does not exist is
-    an error, not an empty directory to fill with fixtures."""
+    """(directory, configured): config["harness_tasks_dir"] (which must exist), else the shipped fixtures."""
     configured = ctx.config.get("harness_tasks_dir")
-    if configured:
-        return Path(configured), False
-    return default_tasks_dir(ctx), seed_fixture_tasks(default_tasks_dir(ctx))
+    return (Path(configured), True) if configured else (FIXTURES, False)
 
 
 def data_label(ctx):
-    """The task files the run will score, for run.py's console header (creates and seeds nothing)."""
-    configured = ctx.config.get("harness_tasks_dir")
-    tasks_dir = Path(configured) if configured else default_tasks_dir(ctx)
-    names, where = sorted(p.stem for p in tasks_dir.glob("*.jsonl")), str(tasks_dir)
-    if not names and not configured:
-        names, where = sorted(p.stem for p in FIXTURES.glob("*.jsonl")), f"fixtures, to be seeded into {tasks_dir}"
+    """The task files the run will score, for run.py's console header (creates nothing)."""
+    tasks_dir, configured = tasks_dir_of(ctx)
+    names = sorted(p.stem for p in tasks_dir.glob("*.jsonl"))
+    where = str(tasks_dir) if configured else "the shipped fixtures, read in place"
     return f"tasks {', '.join(names) or '(none)'} ({where})"
 
 
 def load_tasks(ctx):
-    tasks_dir, seeded = tasks_dir_of(ctx)
+    tasks_dir, configured = tasks_dir_of(ctx)
     try:
         tasks = load_all_tasks(tasks_dir)
     except TaskFormatError as e:
         raise ResourceError(str(e)) from None
     if ctx.split == "smoke":
         tasks = head(tasks, ctx.config["harness_smoke_examples"])
-    return tasks_dir, seeded, tasks
+    return tasks_dir, configured, tasks
 
 
 def record_of(e):
@@ -98,9 +94,10 @@ def generate_and_score(ctx, tasks, limits):
     config = ctx.config
     with ctx.stages.stage("load_model"):
         tokenizer = model_adapter.load_tokenizer(ctx.inputs.model_dir)
-        model = model_adapter.load_model(ctx.inputs.model_dir, config)
-        adapter = SmolLM2Adapter(model, tokenizer, f"smollm2:{ctx.inputs.model_identity['id']}",
-                                 config["harness_max_new_tokens"], config["max_input_tokens"])
+        name = config.get("harness_adapter", "smollm2")
+        adapter = make_adapter(name, lambda: (model_adapter.load_model(ctx.inputs.model_dir, config), tokenizer),
+                               ctx.inputs.model_identity["id"], config["harness_max_new_tokens"],
+                               config["max_input_tokens"])
     n_examples = sum(len(t.examples) for t in tasks.values())
     with ctx.stages.stage("generate_and_score"), tqdm(total=n_examples, desc="harness", unit="ex") as bar:
         try:
@@ -109,7 +106,7 @@ def generate_and_score(ctx, tasks, limits):
         except SandboxUnavailable as e:
             raise ResourceError(f"code_exec cannot run here: {e} (see harness/sandbox.py for what the sandbox "
                                 "needs)") from None
-    return adapter, per_task, examples
+    return adapter, tokenizer, per_task, examples
 
 
 def check_task_files(tasks, examples):
@@ -128,9 +125,19 @@ def check_task_files(tasks, examples):
     return task_bytes
 
 
-def config_of(ctx, tasks_dir, seeded, tasks, settings, chat_template):
+def generations_jsonl(tasks, examples, generations):
+    """One line per answered example (timed-out ones have no prediction): task, id and the adapter's trace of the
+    generation (chat-rendered prompt, prompt ids, generated ids, finish reason)."""
+    prompts = {(t.name, ex.id): ex.prompt for t in tasks.values() for ex in t.examples}
+    lines = [{"task": e["task"], "id": e["id"], **generations[prompts[(e["task"], e["id"])]]}
+             for e in examples if e["prediction"] is not None]
+    return "".join(json.dumps(x, ensure_ascii=False, sort_keys=True) + "\n" for x in lines)
+
+
+def config_of(ctx, tasks_dir, configured, tasks, settings, chat_template):
     """config.json: what was run."""
-    return {"experiment": NAME, "split": ctx.split, "tasks_dir": str(tasks_dir), "tasks_seeded_this_run": seeded,
+    return {"experiment": NAME, "split": ctx.split, "tasks_dir": str(tasks_dir),
+            "tasks_source": "harness_tasks_dir" if configured else "shipped fixtures",
             "tasks": {n: {"sha256": t.sha256, "metric": t.metric, "n_in_file": t.n_in_file,
                           "n_scored": len(t.examples), "ids": [ex.id for ex in t.examples]}
                       for n, t in tasks.items()},
@@ -150,9 +157,9 @@ def summary_of(split, tasks, public_board):
 
 def run(ctx: Context) -> Result:
     config, split = ctx.config, ctx.split
-    tasks_dir, seeded, tasks = load_tasks(ctx)
+    tasks_dir, configured, tasks = load_tasks(ctx)
     limits = {**DEFAULT_LIMITS, **config["harness_sandbox"]}
-    adapter, per_task, examples = generate_and_score(ctx, tasks, limits)
+    adapter, tokenizer, per_task, examples = generate_and_score(ctx, tasks, limits)
     with ctx.stages.stage("check"):
         task_bytes = check_task_files(tasks, examples)
 
@@ -162,13 +169,15 @@ def run(ctx: Context) -> Result:
     board = leaderboard.build(adapter.name, tasks, per_task, examples, settings,
                               config["harness_include_per_example"])
     public_board = {k: v for k, v in board.items() if k != "per_example"}
-    template = adapter.tokenizer.chat_template or ""
+    template = tokenizer.chat_template or ""
     private = {"leaderboard.json": leaderboard.dumps(board)}
+    if hasattr(adapter, "generations"):
+        private["generations.jsonl"] = generations_jsonl(tasks, examples, adapter.generations)
     for name, t in tasks.items():
         private[f"tasks/{t.path.name}"] = task_bytes[name].decode("utf-8")
     prompt_identity = json.dumps({"chat_template": template, "prompt_rule": PROMPT_RULE}, sort_keys=True)
-    return Result(config=config_of(ctx, tasks_dir, seeded, tasks, settings, template),
+    return Result(config=config_of(ctx, tasks_dir, configured, tasks, settings, template),
                   records=[record_of(e) for e in examples], summary=summary_of(split, tasks, public_board),
-                  headline=headline(board, split), token_stats=dict(adapter.tokens),
+                  headline=headline(board, split), token_stats=dict(getattr(adapter, "tokens", {})),
                   prompt_template_sha256=hashlib.sha256(prompt_identity.encode("utf-8")).hexdigest(),
                   public={"leaderboard.json": leaderboard.dumps(public_board)}, private=private)

@@ -19,6 +19,10 @@ part is not the requested one, or whose value does not parse is counted as corru
 Values are stored as JSON text; Python writes a float as its shortest round-trip repr, so the value read back
 is exactly the float that was computed (bit for bit; the bit-exact claim of the protocol survives the cache).
 
+A damaged file (not SQLite, truncated, a malformed page, tables of another shape) is found by run.py before any
+scoring (damage(): SQLite's integrity_check and the table shapes) and set aside as results.sqlite.corrupt-<time>
+with one warning (set_aside_if_corrupt); the run then builds a new cache and recomputes every score.
+
 Writes are committed per item (`with cache.batch(): ...`), so a killed run keeps every item it finished, and a
 rerun resumes where it stopped. `run.py --no-cache` bypasses the cache entirely (no reads, no writes).
 
@@ -106,6 +110,50 @@ def cache_key(run, item):
 
 def checksum(key, item_json, value_json):
     return sha256_text(f"{key}\0{item_json}\0{value_json}")
+
+
+TABLES = {"results": ["key", "run_sha", "item", "value", "checksum", "created"], "runs": ["run_sha", "identity"]}
+
+
+def damage(path):
+    """None if `path` is absent or a result cache SQLite can read whole, with the tables this module writes (or
+    none yet); else one line saying what is wrong. Run at the start of run.py, before any scoring."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60.0)
+        try:
+            check = db.execute("PRAGMA integrity_check").fetchall()
+            if check != [("ok",)]:
+                return f"integrity check failed ({str(check[0][0])[:100]})"
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            for table in sorted(tables | set(TABLES)):
+                columns = [row[1] for row in db.execute(f"PRAGMA table_info('{table}')")]
+                if table not in TABLES or (columns and columns != TABLES[table]):
+                    return f"table {table!r} has columns {columns}, expected tables {TABLES}"
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as e:
+        return f"not a readable SQLite database ({e})"
+    return None
+
+
+def set_aside_if_corrupt(path):
+    """A damaged result cache is renamed <file>.corrupt-<UTC time> (with its -wal/-shm files) so that the next open
+    starts a new one; returns the one-line warning, or None when the file is fine (or absent)."""
+    path = Path(path)
+    problem = damage(path)
+    if problem is None:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        part = path.with_name(path.name + suffix)
+        if part.exists():
+            os.replace(part, aside.with_name(aside.name + suffix))
+    return (f"{path}: {problem}; set aside as {aside.name}, a new result cache is built (every score of this run "
+            "is recomputed)")
 
 
 class ResultCache:
@@ -206,7 +254,12 @@ def open_for(ctx, scorer, prompt_template_sha256, extra=None):
     run = run_identity(model_sha256=mi["model_sha256"], tokenizer_sha256=mi["tokenizer_sha256"],
                        data_content_sha256=ctx.inputs.data_content_sha256,
                        prompt_template_sha256=prompt_template_sha256, config=ctx.config, scorer=scorer, extra=extra)
-    return ResultCache(Path(ctx.inputs.cache) / ctx.config.get("result_cache_file", DEFAULT_FILE), run)
+    path = Path(ctx.inputs.cache) / ctx.config.get("result_cache_file", DEFAULT_FILE)
+    try:
+        return ResultCache(path, run)
+    except sqlite3.DatabaseError:       # damaged since run.py's check at the start: set it aside once, start anew
+        set_aside_if_corrupt(path)
+        return ResultCache(path, run)
 
 
 def candidate_item(base, context, candidate, ctx_ids, cand_ids):

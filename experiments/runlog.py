@@ -50,7 +50,7 @@ class LibraryChatter:
     def to_file(self, path, heading="run.py"):
         """From now on (and for what was buffered so far) append to `path`, after a line naming the run (a reused
         output directory collects the messages of several runs)."""
-        if self.verbose or self.file is not None:
+        if self.verbose or self.file is not None or getattr(self, "closed", False):
             return
         self.file = logging.FileHandler(path, mode="a", encoding="utf-8")
         self.file.setFormatter(logging.Formatter(LOG_FORMAT))
@@ -61,6 +61,12 @@ class LibraryChatter:
         self.buffer.flush()
 
     def close(self):
+        """Flush and close O/run.log for good: run.py lists run.log in MANIFEST.json right after, so a record logged
+        later (e.g. at interpreter exit) must not reopen and append to it; it stays in the memory buffer."""
         if self.file is not None:
             self.buffer.flush()
+            self.buffer.setTarget(None)
+            self.buffer.flushLevel = logging.CRITICAL + 1
             self.file.close()
+            self.file = None
+            self.closed = True

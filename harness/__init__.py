@@ -1,8 +1,10 @@
 """A small LM evaluation harness. Read in this order:
 
+    strict_json.py  bounded, strict JSON reading for every untrusted byte (task files, the result channel)
     tasks.py        task files (one JSONL per task), the loader and its errors
     metrics.py      the five metrics
-    sandbox.py      running untrusted code (code_exec), with jail.py, the child side
+    sandbox.py      running untrusted code (code_exec): bubblewrap or jail.py (the child side), proctree.py
+                    (finding and killing every descendant)
     adapters.py     ModelAdapter: toy, wrong, SmolLM2 (a loaded model and tokenizer, passed in)
     hf_model.py     the CLI's model: a prepared cache's files re-hashed, loaded with transformers
     runner.py       batches, timeouts, per-task scores

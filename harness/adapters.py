@@ -8,7 +8,10 @@
   experiments/harness.py passes the model loaded by the repository's adapter.py, `python -m harness` one loaded
   by harness/hf_model.py). Chat template with the user turn, greedy decoding, at most `max_new_tokens` new
   tokens, one prompt per forward pass (no padding, so a reply does not depend on which batch it landed in). It
-  implements the optional `cancel()`, which the runner calls when a call runs out of time.
+  implements the optional `cancel()`, which the runner calls when a call runs out of time. It keeps, per prompt,
+  what an audit needs to re-check the generation with its own forward pass (`generations`: the chat-rendered
+  prompt, its token ids, the generated token ids including a final eos, and the finish reason: eos, length, or
+  cancelled).
 """
 import re
 import threading
@@ -87,6 +90,7 @@ class SmolLM2Adapter:
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.max_new_tokens, self.max_input_tokens = max_new_tokens, max_input_tokens
         self.tokens = {"prompt": 0, "generated": 0, "calls": 0}
+        self.generations = {}   # prompt -> {"prompt", "prompt_ids", "generated_ids", "finish_reason"}
         self._cancel = threading.Event()
 
     def cancel(self):
@@ -114,7 +118,8 @@ class SmolLM2Adapter:
             if cancel.is_set():
                 replies.append("")
                 continue
-            enc = tok(self.render(prompt), return_tensors="pt", add_special_tokens=False)
+            rendered = self.render(prompt)
+            enc = tok(rendered, return_tensors="pt", add_special_tokens=False)
             n = enc["input_ids"].shape[1]
             if n > self.max_input_tokens:
                 raise ValueError(f"prompt of {n} tokens exceeds max_input_tokens={self.max_input_tokens}")
@@ -128,8 +133,17 @@ class SmolLM2Adapter:
             self.tokens["prompt"] += n
             self.tokens["generated"] += int(new.shape[0])
             self.tokens["calls"] += 1
+            self.generations[prompt] = self.trace(rendered, enc["input_ids"][0].tolist(), new.tolist())
             replies.append(tok.decode(new, skip_special_tokens=True))
         return replies
+
+    def trace(self, rendered, prompt_ids, generated_ids):
+        """One generation as the audit re-checks it: stopped by eos (the last id), by the length cap, or cancelled."""
+        eos = self.tokenizer.eos_token_id
+        finish = "eos" if generated_ids and generated_ids[-1] == eos else \
+            "length" if len(generated_ids) == self.max_new_tokens else "cancelled"
+        return {"prompt": rendered, "prompt_ids": prompt_ids, "generated_ids": generated_ids,
+                "finish_reason": finish}
 
 
 def make_adapter(name, load_model=None, model_id=None, max_new_tokens=None, max_input_tokens=None):

@@ -68,7 +68,11 @@ def cmd_run(args):
     settings = {"batch_size": args.batch_size, "timeout_s": args.timeout_s, "max_new_tokens": args.max_new_tokens,
                 "sandbox": limits}
     board = leaderboard.build(adapter.name, tasks, per_task, examples, settings, args.include_per_example)
-    leaderboard.write(args.out, board)
+    try:
+        leaderboard.write(args.out, board)
+    except (ValueError, OSError) as e:  # e.g. an unencodable prediction, a full disk: the old board is untouched
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     for name, t in per_task.items():
         print(f"{name:<20} {t['score']:.4f}  {t['correct']}/{t['total']}  timeouts {t['timeouts']}  "
               f"latency {t['latency_s']:.2f}s")

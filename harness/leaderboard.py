@@ -14,6 +14,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from harness import strict_json
+
 SCHEMA = "harness-leaderboard/v1"
 
 
@@ -36,13 +38,24 @@ def dumps(board):
 
 
 def write(path, board):
-    """Atomically (a temporary file in the same directory, then rename); the parent directory is created."""
+    """Atomically: the bytes are made first (a board that cannot be encoded, e.g. a lone surrogate in a
+    prediction, raises ValueError before any file is touched), written to a temporary file in the same
+    directory, fsync'ed, then renamed over `path`; the parent directory is created. An existing file at `path`
+    is replaced whole or not at all, and the temporary file never outlives the call. (resources.py has the same
+    few lines: the harness package imports nothing from the repository around it, so it keeps its own.)"""
     path = Path(path)
+    try:
+        data = dumps(board).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{path}: cannot write the leaderboard: {e.reason} in a string "
+                         f"({e.object[max(0, e.start - 30):e.end]!r})") from None
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(dumps(board))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -50,7 +63,8 @@ def write(path, board):
 
 
 def load(path):
-    board = json.loads(Path(path).read_text(encoding="utf-8"))
+    """A leaderboard read strictly (harness/strict_json): ValueError with one line naming the file and field."""
+    board = strict_json.loads(strict_json.decode_utf8(Path(path).read_bytes(), str(path)), str(path))
     found = board.get("schema") if isinstance(board, dict) else type(board).__name__
     if found != SCHEMA:
         raise ValueError(f"{path}: expected schema {SCHEMA!r}, found {found!r}")

@@ -82,7 +82,7 @@ def code_exec_detailed(prediction, extras, sandbox_limits=None):
 
     code = extract_code(prediction)
     score, details = score_io_pairs(code, extras["io_pairs"], sandbox_limits)
-    return score, {"code_sha256": hashlib.sha256(code.encode("utf-8")).hexdigest(), "sandbox": details}
+    return score, {"code_sha256": hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(), "sandbox": details}
 
 
 def code_exec(prediction, targets, extras, sandbox_limits=None):

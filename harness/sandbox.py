@@ -1,33 +1,68 @@
 """Run untrusted code in a separate, confined process and get its answers back as data.
 
-`run_code(code, inputs, limits)` starts `python -I -S -B harness/jail.py` (a fresh interpreter: no site, no
-user paths, no environment variables at all) in its own session, inside a fresh temporary directory, writes the
-request on its stdin and reads at most `result_max_bytes` from its stdout. A wall-clock timer (`wall_s`, counted
-from the child's "ready" line, after its set-up) kills the whole process group with SIGKILL; the temporary
-directory is removed afterwards. jail.py documents the layers applied inside the child (namespaces or Landlock,
-chroot, uid nobody, rlimits).
+`run_code(code, inputs, limits)` starts harness/jail.py in a fresh interpreter (`python -I -S -B`: no site, no
+user paths, no environment variables at all) in its own session, writes the request on its stdin and reads at
+most `result_max_bytes` from its stdout. A wall-clock timer (`wall_s`, counted from the child's "ready" line,
+after its set-up) ends the run; at the end of every run, whatever happened, the child's whole process tree is
+frozen (SIGSTOP) and killed (SIGKILL) from /proc (harness/proctree.py), then the child itself, then the
+temporary directory is removed.
+
+Two backends; the one that ran is recorded in the isolation info (`backend`, `mode`, `layers`, `pidns`):
+- "bwrap" (the first choice: mode "auto" when `bwrap` is on PATH and starts Python here, probed once per
+  process; Debian package `bubblewrap`): bubblewrap makes new PID, mount, network, IPC, UTS (and cgroup)
+  namespaces holding only /usr/lib(64) and the Python installation, read-only, a /dev and an empty /work (no
+  /proc, /etc, /tmp, /usr/local, /usr/bin, home directories or other host files); --die-with-parent,
+  --new-session. Run as root it uses no user namespace and grants jail.py CAP_SYS_ADMIN/SETUID/SETGID, which
+  jail.py uses to mount an inode- and size-capped tmpfs on /work and to become the real uid nobody (so
+  RLIMIT_NPROC counts), then drops every capability. Not root, bwrap maps uid nobody in a user namespace; the
+  number of files in /work is then bounded only by time.
+- "jail" (fallback, or mode "namespaces"/"landlock" asked for): jail.py makes the namespaces itself (root:
+  "namespaces", with a PID namespace) or relies on Landlock alone (not root: "landlock"; run as root it also
+  gets a PID namespace, keeps uid 0 and drops every capability).
+In both, jail.py's supervisor is a child subreaper that follows the harness (PR_SET_PDEATHSIG: if the harness
+dies, even by SIGKILL, it kills its tree), the untrusted worker runs under a trusted pid-1 init in its own PID
+namespace (bwrap's or jail.py's; none only in "landlock" mode not run as root), and inside it: no_new_privs, Landlock (filesystem, TCP, signal and
+abstract-socket scoping), a seccomp filter that refuses fork/vfork/clone/clone3 (x86_64), rlimits.
+
+What that gives (tests/test_sandbox.py tries each, with a control showing the attack works unconfined):
+- Processes: nothing outside the sandbox's PID namespace can be named, so no kill, prlimit, setpriority,
+  ptrace, sched_setaffinity, ioprio_set or pidfd_open reaches another sandbox or the harness; a correct
+  solution next to a hostile one still scores 1.
+- Descendants: none can be created by default (seccomp); with that layer off, none outlives the run in any
+  mode: the namespace's init exits with the worker and the kernel kills the rest, and without a PID namespace
+  (not root, landlock) the subreaper supervisor finds and kills every orphan; sandbox.py kills the tree again
+  (that is what ends a run that timed out), and a killed harness takes the tree with it.
+- The result channel (the child's stdout, which the untrusted code can write to directly): bounded in size
+  (result_max_bytes), in time (wall_s: a child that writes half a line and sleeps is cut off) and in form:
+  read_result parses it with harness/strict_json (strict UTF-8, depth, no duplicate keys, no NaN/Infinity, no
+  huge integers, no lone surrogates) and checks the exact shape jail.py writes. Any violation is a 0 score
+  with a one-line reason; nothing the child writes can raise in, or stall, the parent.
 
 The child only ever sees the INPUTS of the io pairs; `score_io_pairs` compares its outputs with the expected
 outputs here, in the parent. Comparison is on canonical JSON (sorted keys): 1 and 1.0 differ, True and 1 differ,
 tuples equal lists.
 
 Limits, honestly:
-- The untrusted code can make any system call; it is the kernel (namespaces, uid nobody, Landlock, rlimits) that
-  confines it, not Python. There is no seccomp filter.
-- ctypes works inside the sandbox, in both modes: jail.py imports it (with libffi and libc) for its own set-up,
-  so the untrusted code can call any libc function, i.e. make system calls directly. In "namespaces" mode the
-  privileged ones fail (unshare, setuid, chroot: EPERM, as uid nobody with no capabilities; tested).
-- In "namespaces" mode (root) the jail holds only the Python installation, read-only: an extension module that
-  needs a shared library outside it, not already loaded by jail.py (zlib, hence base64/binascii; ssl), cannot
-  be imported.
-- In "landlock" mode (not root; untested on the machines here, where we are root) the code keeps the caller's
-  uid: Landlock refuses files outside the installation and the working directory, TCP bind/connect, and signals
-  to processes outside the sandbox, but UDP is not refused and prlimit/setpriority on the caller's other
-  processes are not blocked; the working directory is an ordinary temporary directory, so the number of files
-  the code writes there is bounded only by its time limits. Without Landlock ABI >= 4 code_exec refuses to run
-  (SandboxUnavailable).
+- The untrusted code can make any system call but fork/clone; it is the kernel (namespaces, uid nobody,
+  Landlock, seccomp, rlimits) that confines it, not Python.
+- ctypes works inside the sandbox: jail.py imports it (with libffi and libc) for its own set-up, so the
+  untrusted code can call any libc function. As uid nobody with no capabilities the privileged calls fail
+  (unshare, setuid, chroot: EPERM; tested).
+- Only the Python installation (and, under bwrap, /usr/lib and /usr/lib64) is visible, read-only. Under bwrap
+  extension modules import normally (zlib, base64, ssl, sqlite3: tested); in the jail's "namespaces" mode an
+  extension module that needs a shared library outside the installation, not already loaded by jail.py (zlib,
+  hence base64/binascii; ssl), cannot be imported.
+- "landlock" mode (not root; tested here only as root, where it gets a PID namespace and drops capabilities,
+  and with the PID namespace switched off): Landlock refuses files outside the installation and the working
+  directory, TCP bind/connect, and signals to processes outside the sandbox, but UDP is not refused, and
+  without a PID namespace prlimit/setpriority on the caller's other processes of the same uid are not blocked;
+  the working directory is an ordinary temporary directory, so the number of files the code writes there is
+  bounded only by its time limits. Without Landlock ABI >= 4 code_exec refuses to run (SandboxUnavailable).
+- bwrap's --die-with-parent fires when the THREAD that started it exits: run_code waits for the child on the
+  thread that started it, so this holds as long as it is not abandoned mid-run.
 - A run is all or nothing: if f loops on the third input, the first two answers are lost with it.
 """
+import functools
 import json
 import os
 import select
@@ -41,7 +76,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import proctree, strict_json
+
 JAIL = Path(__file__).with_name("jail.py")
+PROCTREE = Path(__file__).with_name("proctree.py")
+USR_LIBS = ("/usr/lib", "/usr/lib64")  # the shared libraries; nothing else of /usr (no /usr/local, /usr/bin)
 
 DEFAULT_LIMITS = {
     "cpu_s": 2,                      # RLIMIT_CPU soft (SIGXCPU); hard = cpu_s + 1 (SIGKILL)
@@ -52,8 +91,11 @@ DEFAULT_LIMITS = {
     "nofile": 32,                    # RLIMIT_NOFILE
     "tmpfs_bytes": 4 * 2**20,        # size of the jail's tmpfs (/work), namespaces mode
     "result_max_bytes": 2**20,       # bytes read back from the child; more is an error
-    "mode": "auto",                  # auto | namespaces | landlock
+    "mode": "auto",                  # auto | namespaces | landlock | bwrap (auto: bwrap when installed)
 }
+# Not in DEFAULT_LIMITS (config.py mirrors it), for the tests that show each layer holds on its own:
+# "pidns": False (jail: no PID namespace, the subreaper alone), "no_fork": False (no seccomp filter), "nproc": n.
+
 
 
 class SandboxUnavailable(RuntimeError):
@@ -70,8 +112,10 @@ class SandboxResult:
     returncode: int = None
 
 
-def _kill_group(proc):
-    """SIGKILL the child's process group while the child is not yet reaped (so the id cannot be reused)."""
+def _kill_all(proc):
+    """Freeze and SIGKILL everything below the child (proctree), then the child itself, while it is not yet
+    reaped (so no id can be reused)."""
+    proctree.kill_tree(proc.pid)
     for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
         try:
             kill()
@@ -108,16 +152,61 @@ def _read(proc, lim, t0):
     return buf, "done"
 
 
-def run_code(code, inputs, limits=None):
-    """Run `code` confined, call f on each input (JSON values); return a SandboxResult."""
-    lim = {**DEFAULT_LIMITS, **(limits or {})}
-    request = json.dumps({"code": code, "inputs": [json.dumps(x, sort_keys=True) for x in inputs],
-                          "limits": lim, "mode": lim["mode"]}).encode()
-    workdir = tempfile.mkdtemp(prefix="harness-sandbox-")
-    t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", str(JAIL)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=workdir, env={},
-                            start_new_session=True, close_fds=True)
+def _bwrap_command(lim):
+    """bubblewrap around jail.py: new PID, mount, network, IPC, UTS and cgroup namespaces (and user, not root),
+    /usr/lib(64) and the Python installation read-only, /dev, an empty /work; no /proc, /etc, /tmp or /home."""
+    python, prefix = os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
+    binds, made = [], {"/"}
+    for path in [d for d in USR_LIBS if os.path.isdir(d)] + [prefix] + \
+            ([] if python.startswith(prefix + os.sep) else [python]):
+        for d in map(str, reversed(Path(path).parents)):  # world-traversable parents (bwrap makes them 0700)
+            if d not in made:
+                binds += ["--perms", "0755", "--dir", d]
+                made.add(d)
+        binds += ["--ro-bind", path, path]
+        made.add(path)
+    links = [a for d in ("lib", "lib64") if os.path.islink(f"/{d}")
+             for a in ("--symlink", os.readlink(f"/{d}"), f"/{d}")]
+    # root: no user namespace, three capabilities for jail.py to mount /work and become nobody (then it drops them)
+    user = ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] \
+        if os.geteuid() == 0 else ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+    return [shutil.which("bwrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+            "--hostname", "sandbox", *user,
+            *binds, *links, "--ro-bind", str(JAIL), "/jail/jail.py", "--ro-bind", str(PROCTREE), "/jail/proctree.py",
+            "--dev", "/dev", "--size", "65536", "--tmpfs", "/work", "--chdir", "/work",
+            "--", python, "-I", "-S", "-B", "/jail/jail.py"]
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_works():
+    """True when `bwrap` is installed and can start Python here (once per process: unprivileged bubblewrap
+    needs user namespaces, which a machine may forbid)."""
+    if not shutil.which("bwrap"):
+        return False
+    argv = _bwrap_command(DEFAULT_LIMITS)
+    try:
+        return subprocess.run(argv[:argv.index("--") + 2] + ["-I", "-S", "-c", "pass"], env={}, timeout=60,
+                              stdin=subprocess.DEVNULL, capture_output=True).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _command(lim):
+    """(argv, mode for jail.py): bubblewrap when mode is bwrap, or auto and bwrap works here; else the jail."""
+    if lim["mode"] == "bwrap" or (lim["mode"] == "auto" and bwrap_works()):
+        if not shutil.which("bwrap"):
+            raise SandboxUnavailable("sandbox mode bwrap asked for, but bwrap is not installed")
+        return _bwrap_command(lim), "bwrap"
+    return [sys.executable, "-I", "-S", "-B", str(JAIL)], lim["mode"]
+
+
+def _start(lim, request_fields):
+    argv, mode = _command(lim)
+    request = json.dumps({**request_fields, "limits": lim, "mode": mode, "parent": os.getpid()}).encode()
+    workdir = tempfile.mkdtemp(prefix=f"harness-sandbox-{os.getpid()}-")
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            cwd=workdir, env={}, start_new_session=True, close_fds=True)
 
     def feed():  # in a thread: a child that never reads its stdin cannot block us
         try:
@@ -127,10 +216,18 @@ def run_code(code, inputs, limits=None):
             pass
 
     threading.Thread(target=feed, daemon=True).start()
+    return proc, workdir
+
+
+def run_code(code, inputs, limits=None):
+    """Run `code` confined, call f on each input (JSON values); return a SandboxResult."""
+    lim = {**DEFAULT_LIMITS, **(limits or {})}
+    t0 = time.monotonic()
+    proc, workdir = _start(lim, {"code": code, "inputs": [json.dumps(x, sort_keys=True) for x in inputs]})
     try:
         buf, outcome = _read(proc, lim, t0)
     finally:
-        _kill_group(proc)
+        _kill_all(proc)
         proc.stdout.close()
         proc.wait()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -142,27 +239,49 @@ def run_code(code, inputs, limits=None):
         return res
     try:
         status = json.loads(status)
-    except ValueError:
+        ready, res.isolation = status.get("ready"), status.get("isolation")
+    except (ValueError, AttributeError):
         raise SandboxUnavailable(f"sandbox child gave no status line (exit {proc.returncode})") from None
-    if not status.get("ready"):
+    if not ready:
         raise SandboxUnavailable(f"sandbox set-up failed: {status.get('error')}")
-    res.isolation = status["isolation"]
     if outcome == "too_big":
         res.error = f"result larger than {lim['result_max_bytes']} bytes"
     elif outcome == "timeout":
         res.error = f"wall-clock timeout after {lim['wall_s']} s"
     else:
-        try:
-            body = json.loads(rest)
-            res.outputs, res.error = body.get("outputs"), body.get("error")
-            if res.outputs is not None and (len(res.outputs) != len(inputs) or
-                                            not all(isinstance(o, dict) for o in res.outputs)):
-                res.outputs, res.error = None, "malformed result"
-        except (ValueError, AttributeError):
-            killed_by = {-signal.SIGXCPU: " (CPU limit)", -signal.SIGKILL: " (killed)",
-                         -signal.SIGXFSZ: " (file size limit)"}
-            res.error = f"no result (exit {proc.returncode}{killed_by.get(proc.returncode, '')})"
+        res.outputs, res.error = read_result(rest, len(inputs), proc.returncode)
     return res
+
+
+def _exit_reason(returncode):
+    """jail.py exits with 128 + the signal that killed the worker."""
+    sig = returncode - 128 if returncode and returncode > 128 else -returncode if returncode and returncode < 0 else 0
+    return {signal.SIGXCPU: " (CPU limit)", signal.SIGKILL: " (killed)", signal.SIGXFSZ: " (file size limit)"}.get(
+        sig, "")
+
+
+def read_result(data, n_inputs, returncode=0):
+    """(outputs, error) from the result line the untrusted process wrote. Bounded and strict (harness/strict_json:
+    strict UTF-8, nesting depth, no duplicate keys, NaN/Infinity, huge integers or lone surrogates; the size is
+    bounded by result_max_bytes before this), and of the exact shape jail.py writes. Anything else gives
+    (None, "<one-line reason>"): the example scores 0 and the run goes on; nothing here raises."""
+    if not data.strip():
+        return None, f"no result (exit {returncode}{_exit_reason(returncode)})"
+    try:
+        body = strict_json.loads(strict_json.decode_utf8(data, "result channel"), "result channel")
+    except ValueError as e:  # StrictJSONError: one line, "result channel[:line]: [field ...: ]expected ..."
+        return None, str(e).splitlines()[0][:300]
+    if not isinstance(body, dict) or not set(body) <= {"outputs", "error"}:
+        return None, "malformed result"
+    outputs, error = body.get("outputs"), body.get("error")
+    if outputs is None:
+        return None, error if isinstance(error, str) else "malformed result"
+    good = {True: "value", False: "error"}
+    if not (isinstance(outputs, list) and len(outputs) == n_inputs and all(
+            isinstance(o, dict) and o.get("ok") in good and set(o) == {"ok", good[o["ok"]]}
+            and isinstance(o[good[o["ok"]]], str) for o in outputs)):
+        return None, "malformed result"
+    return outputs, None
 
 
 def canonical(value):

@@ -6,10 +6,12 @@ Each non-blank line that does not start with `#` is one example:
     {"id": "code-01", ..., "metric": "code_exec", "extras": {"io_pairs": [[1, 2], [3, 6]]}}
 
 Rules, all checked at load time: `id` a non-empty string, unique in the file; `prompt` a string; `targets` a
-non-empty list of non-empty strings; `metric` one of metrics.METRICS and the same on every line of a file;
-`extras` (optional) an object; code_exec needs `extras.io_pairs`, a non-empty list of [input, output] pairs.
-No other keys. A bad line raises TaskFormatError with one line: file, line number, what was expected, what was
-found. A task's identity is the sha256 of its file bytes (recorded in the leaderboard).
+non-empty list of non-empty strings; `metric` one of metrics.METRICS and the same on every line of a file; `extras`
+(optional) an object; code_exec needs `extras.io_pairs`, a non-empty list of [input, output] pairs. No other keys.
+Lines are read strictly (harness/strict_json.py: duplicate keys, NaN/Infinity, huge integers, deep nesting, bad
+UTF-8 and lone surrogates refused). A bad line raises TaskFormatError with one line: file, line number, the field
+where known, what was expected, what was found. A task's identity is the sha256 of its file bytes (recorded in the
+leaderboard).
 """
 import hashlib
 import json
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.metrics import METRICS
+from harness.strict_json import StrictJSONError, parse_jsonl
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harness_tasks"
 REQUIRED = ("id", "prompt", "targets", "metric")
@@ -25,9 +28,14 @@ OPTIONAL = ("extras",)
 
 
 class TaskFormatError(ValueError):
-    def __init__(self, path, line, expected, found):
+    def __init__(self, path, line, expected, found, message=None):
         where = f"{path}:{line}" if line else f"{path}"
-        super().__init__(f"{where}: expected {expected}, found {found}")
+        super().__init__(message or f"{where}: expected {expected}, found {found}")
+
+    @classmethod
+    def of(cls, e):
+        """A strict-JSON refusal (harness/strict_json.py) as a task file error, its one line unchanged."""
+        return cls(e.where, e.line, None, None, message=str(e))
 
 
 @dataclass
@@ -83,20 +91,15 @@ def _check_example(obj, path, n):
 
 def load_task(path):
     path = Path(path)
-    raw = path.read_bytes()
     examples, first_metric, seen = [], None, {}
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TaskFormatError(path, raw[:e.start].count(b"\n") + 1, "UTF-8 text", f"byte {raw[e.start]:#04x}") from None
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TaskFormatError(path, n, "one JSON object per line", f"invalid JSON ({e.msg} at column {e.colno})") \
-                from None
+        raw = path.read_bytes()
+        rows = parse_jsonl(raw, path, skip=lambda line: not line.strip() or line.lstrip().startswith("#"))
+    except StrictJSONError as e:
+        raise TaskFormatError.of(e) from None
+    except OSError as e:
+        raise TaskFormatError(path, None, "a readable file", e.strerror or type(e).__name__) from None
+    for n, obj in rows:
         ex = _check_example(obj, path, n)
         if first_metric is None:
             first_metric = (ex.metric, n)
@@ -126,8 +129,7 @@ def load_all_tasks(task_dir):
 
 def seed_fixture_tasks(target_dir):
     """Copy the shipped fixture tasks into target_dir (created if needed) if it has no task files yet. Returns True
-    if it seeded. Only on an explicit request: `python -m harness run --seed-fixtures`, or the experiment's own
-    default directory O/.harness_tasks."""
+    if it seeded. Only on an explicit request: `python -m harness run --seed-fixtures` (an editable copy)."""
     target_dir = Path(target_dir)
     if target_dir.exists() and any(target_dir.glob("*.jsonl")):
         return False

@@ -6,7 +6,9 @@ into the directory it audits, and the tamper tests edit files). The real model r
 forward level re-runs it on 2 items per call (seconds).
 """
 import ast
+import hashlib
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -59,6 +61,14 @@ def report(out):
 
 def checks(out, level=None):
     return [c for c in report(out)["checks"] if level is None or c["level"] == level]
+
+
+def forge(out):
+    """What a careful forger does after editing evidence: rebuild report.html from it (report.py) and rewrite
+    MANIFEST.json to match, so that only the arithmetic and deeper levels can catch the edit."""
+    proc = run_cli("report.py", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    manifest_level.reseal(out)
 
 
 def edit_json(path, fn):
@@ -149,6 +159,21 @@ def test_audit_runs_with_repository_modules_unimportable(evidence):
 # ---- levels on clean evidence -----------------------------------------------------------------------------------
 
 @pytest.mark.slow
+def test_real_evidence_is_sealed_and_public_only_passes_without_private(evidence):
+    """run.py's MANIFEST.json, run ids and report.html pass the manifest level and the page check as written; the
+    same evidence without O/private/ is INCOMPLETE, or PASS (public evidence only) with --public-only."""
+    proc = audit(evidence)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [c for c in checks(evidence) if c["experiment"] == "-"]
+    assert [c["level"] for c in rows[:6]] == ["manifest"] * 6 and all(c["status"] == "PASS" for c in rows), rows
+    page = next(c for c in rows if c["check"].startswith("report.html"))
+    assert page["items"] > 10, page                  # the page's number cells are all checked
+    shutil.rmtree(evidence / "private")
+    assert audit(evidence).returncode == 1
+    proc = audit(evidence, "--public-only")
+    assert proc.returncode == 0 and "PASS (public evidence only" in proc.stdout, proc.stdout
+
+@pytest.mark.slow
 def test_arithmetic_level_passes_on_clean_evidence(evidence):
     proc = audit(evidence)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -190,7 +215,8 @@ def test_forward_level_passes_and_reports_its_max_abs_diff(evidence):
 def test_missing_private_file_skips_identity_checks_and_names_it(evidence):
     shutil.rmtree(evidence / "private")
     proc = audit(evidence, "--tokens")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the manifest lists private evidence: never a bare PASS without it (--public-only cannot run --tokens)
+    assert proc.returncode == 1 and "RESULT: INCOMPLETE: O/private/ absent" in proc.stdout, proc.stdout
     by_name = {c["check"].split(" (")[0]: c for c in checks(evidence, "identity")}
     assert by_name["private texts"]["status"] == "SKIPPED"
     assert "texts.jsonl" in by_name["private texts"]["note"]
@@ -216,8 +242,13 @@ def test_mutation_selftest_passes_and_clean_copy_passes(mutation_run):
     proc, rep = mutation_run
     assert rep["clean"]["passed"], rep["clean"]
     assert rep["levels"] == ["arithmetic", "identity", "forward"]
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "audit levels used for every copy: arithmetic, identity, forward" in proc.stdout
+    # protocol-only evidence: the other experiments' kinds are SKIPPED (tests/test_mutations.py runs them all);
+    # every kind that applies must be caught by its named check
+    tried = [m for m in rep["mutations"] if m["status"] != "SKIPPED"]
+    assert len(tried) >= 30 and all(m["status"] == "CAUGHT" for m in tried), \
+        [(m["kind"], m["status"], m["first_failure"]) for m in tried if m["status"] != "CAUGHT"]
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert "audit levels that can run here: arithmetic, identity, forward" in proc.stdout
 
 
 @pytest.mark.slow
@@ -276,6 +307,7 @@ def test_hand_tamper_exits_1_naming_the_field(evidence, field):
 def test_n_rows_that_keeps_the_selection_is_caught_by_the_data_check(evidence):
     # one more row does not change which idx rank first here, so only the data parquet can tell
     edit_json(evidence / "protocol/config.json", lambda c: c.update(n_rows=c["n_rows"] + 1))
+    forge(evidence)                            # the forger rebuilds the page and rewrites the manifest too
     assert audit(evidence).returncode == 0     # a documented limit of the arithmetic level
     proc = audit(evidence, "--tokens")
     assert proc.returncode == 1 and "config.json n_rows" in proc.stdout, proc.stdout
@@ -306,10 +338,12 @@ def test_tie_rule_and_majority_tie_recomputed(evidence):
         s["official"]["lm_eval_reported_acc"] = n_right / 2
     edit_json(evidence / "protocol/summary.json", fix_summary)
     edit_json(evidence / "protocol/config.json", lambda c: c["official"].update(reported_acc=n_right / 2))
+    forge(evidence)
     proc = audit(evidence)
     assert proc.returncode == 0, proc.stdout
     # and the other way round: claiming the upper label for the tie is caught
     edit_json(evidence / "protocol/summary.json", lambda s: s["constant_class_baseline"].update(label=1))
+    forge(evidence)
     assert audit(evidence).returncode == 1
 
 
@@ -317,6 +351,7 @@ def test_tie_rule_and_majority_tie_recomputed(evidence):
 def test_experiment_without_a_rule_is_reported_not_ignored(evidence):
     (evidence / "newstudy").mkdir()
     (evidence / "newstudy" / "summary.json").write_text("{}")
+    manifest_level.reseal(evidence)
     proc = audit(evidence)
     assert proc.returncode == 1
     assert "newstudy" in proc.stdout and "no audit rule" in proc.stdout
@@ -540,8 +575,8 @@ def tiny_harness_evidence(out):
             "metric": "exact_match", "sha256": task_sha, "n_examples_in_file": 2}
     board = {"schema": harness_rule.H_SCHEMA, "tasks": {"arith": task}, "overall": 0.5, "settings": cfg["settings"]}
     summary = {"split": "smoke", "n_examples": 2, "leaderboard": board, "tasks_are_shipped_fixtures": {"arith": False}}
-    env = {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {"torch": "1"}}
-    ident = dict(_identity(conf), config_sections=["shared", "harness"])
+    env = {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {"torch": "1"}, "run_id": RUN_ID}
+    ident = dict(_identity(conf), config_sections=["shared", "harness"], run_id=RUN_ID)
     stages = _stages(("load_model", 1.0, 100), ("generate_and_score", 2.0, 200), total=3.5)
     stages["threads"], stages["tokens"] = 1, {"calls": 2, "prompt": 10, "generated": 2}
     for rel, obj in (("environment.json", env), ("harness/config.json", cfg), ("harness/identity.json", ident),
@@ -552,6 +587,34 @@ def tiny_harness_evidence(out):
                                               "score": float(i == "a")} for i in ("a", "b")])
     _write(out / "private/harness/leaderboard.json", private_board)
     _write(out / "private/harness/tasks/arith.jsonl", task_text)
+    _write(out / "private/harness/run.json", {"experiment": "harness", "run_id": RUN_ID})
+    _write(out / "run.log", "library chatter\n")
+    _write(out / "report.html", TINY_REPORT)
+    return seal(out)
+
+
+RUN_ID = "0123456789abcdef0123456789abcdef"
+TINY_REPORT = (f'<!doctype html><html><head><meta name="evidence-run-id" content="{RUN_ID}"></head><body><table>'
+               '<tr><td class="num" data-src="harness/summary.json#leaderboard.overall" data-value="0.5">0.5000</td>'
+               '<td class="num" data-src="harness/records.jsonl#2.score" data-value="0.0">0.0</td>'
+               '<td class="num" data-src="harness/summary.json#n_examples" data-value="2">2</td></tr></table>'
+               '</body></html>\n')
+
+
+def seal(out, experiments=("harness",)):
+    """Write O/MANIFEST.json as run.py does (decision 4 of the issue-15 plan), written here independently of the
+    audit's reader so that the two can disagree."""
+    sha = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()      # noqa: E731
+    files = {p.relative_to(out).as_posix(): {"size": p.stat().st_size, "sha256": sha(p)}
+             for p in sorted(out.rglob("*")) if p.is_file() and p.name not in ("MANIFEST.json", "audit.json")
+             and p.relative_to(out).parts[0] != "private"}
+    private = {}
+    for d in sorted((out / "private").iterdir()) if (out / "private").is_dir() else []:
+        lines = sorted(f"{p.relative_to(d).as_posix()}\t{sha(p)}\n" for p in d.rglob("*") if p.is_file())
+        private[d.name] = {"n_files": len(lines), "sha256": hashlib.sha256("".join(lines).encode()).hexdigest()}
+    man = {"format": "evidence-manifest/v1", "run_id": RUN_ID, "experiments": list(experiments), "failed": [],
+           "files": files, "private": private}
+    (out / "MANIFEST.json").write_text(json.dumps(man, indent=1, sort_keys=True))
     return out
 
 
@@ -601,3 +664,369 @@ def test_every_experiment_of_a_smoke_run_passes_every_shared_group(smoke_run, tm
         names = [c["check"] for c in rows if c["experiment"] == exp and c["status"] == "PASS"]
         for prefix in ("required files", "config consistency", "environment.json consistency", "stages.json"):
             assert any(n.startswith(prefix) for n in names), (exp, prefix, names)
+
+
+# ---- issue 15: the manifest level, strict reading, environment.json, report.html, the headline --------------------
+# All on the tiny synthetic harness evidence (fast, sealed by `seal` above as run.py seals real evidence); the slow
+# tests above audit real sealed evidence from run.py.
+
+from evidence_audit import manifest as manifest_level  # noqa: E402
+
+
+def failures_of(rep, check=None):
+    return [f for r in rep["checks"] if r["status"] == "FAIL" and (check is None or r["check"].startswith(check))
+            for f in r["failures"]]
+
+
+def test_sealed_tiny_evidence_passes_every_manifest_row_and_the_report_page(tmp_path):
+    out = tiny_harness_evidence(tmp_path / "O")
+    rep = driver.audit(out)
+    assert rep["exit_code"] == 0 and rep["result"] == "PASS", failures_of(rep)
+    rows = {r["check"]: r for r in rep["checks"] if r["experiment"] == "-"}
+    assert [r["level"] for r in rep["checks"][:6]] == ["manifest"] * 6         # the manifest is checked first
+    for name in ("no symlinks or special files under O", "MANIFEST.json present and well formed",
+                 "public files match MANIFEST.json (size, sha256)", "experiments listed in MANIFEST.json",
+                 "run id (MANIFEST.json, environment.json, identity.json, private run.json)",
+                 "private files match MANIFEST.json (count, sha256)", "report.html (run id, every number cell)"):
+        assert rows[name]["status"] == "PASS", (name, rows)
+    assert rows["report.html (run id, every number cell)"]["items"] == 4
+    assert rep["run_id"] == RUN_ID
+
+
+def _rename_dot(o):
+    (o / "harness").rename(o / ".harness")
+
+
+def _link_records_outside(o):
+    target = o.parent / "elsewhere.jsonl"
+    (o / "harness/records.jsonl").rename(target)
+    (o / "harness/records.jsonl").symlink_to(target)
+
+
+def _link_private_outside(o):
+    (o / "private").rename(o.parent / "p")
+    (o / "private").symlink_to(o.parent / "p")
+
+
+def _same_size_edit(p):
+    b = bytearray(p.read_bytes())
+    b[0:1] = b"#" if b[0:1] != b"#" else b"$"
+    p.write_bytes(bytes(b))
+
+
+def _edit_manifest(o, fn):
+    _edit(o / "MANIFEST.json", fn)
+
+
+# (tamper, check row that must fail, text its failure must contain: the file named)
+MANIFEST_TAMPERS = {
+    "manifest deleted": (lambda o: (o / "MANIFEST.json").unlink(), "MANIFEST.json present",
+                         "MANIFEST.json: missing"),
+    "manifest unknown key": (lambda o: _edit_manifest(o, lambda m: m.update(note="x")), "MANIFEST.json present",
+                             "MANIFEST.json note"),
+    "manifest bad run id": (lambda o: _edit_manifest(o, lambda m: m.update(run_id="X" * 32)),
+                            "MANIFEST.json present", "MANIFEST.json run_id"),
+    "dot-file added": (lambda o: _write(o / ".hidden", "x"), "public files", ".hidden: not listed"),
+    "dot-dir added": (lambda o: _write(o / ".stash/summary.json", "{}"), "public files", ".stash/summary.json"),
+    "empty dir added": (lambda o: (o / "extra").mkdir(), "experiments listed", "extra/: a directory"),
+    "file added to an experiment": (lambda o: _write(o / "harness/notes.txt", "x"), "public files",
+                                    "harness/notes.txt: not listed"),
+    "file changed, same size": (lambda o: _same_size_edit(o / "run.log"), "public files", "run.log: sha256"),
+    "file changed, new size": (lambda o: _write(o / "run.log", "other\n"), "public files", "run.log: 6 bytes"),
+    "file deleted": (lambda o: (o / "harness/stages.json").unlink(), "public files",
+                     "harness/stages.json: listed in MANIFEST.json but missing"),
+    "report deleted": (lambda o: (o / "report.html").unlink(), "public files", "report.html: listed"),
+    "experiment deleted": (lambda o: shutil.rmtree(o / "harness"), "experiments listed", "harness/: experiment"),
+    "experiment renamed to a dot-dir": (_rename_dot, "experiments listed", "harness/: experiment listed"),
+    "failure record added": (lambda o: _write(o / "protocol.FAILED.json", "{}"), "experiments listed",
+                             "protocol.FAILED.json: a failure record"),
+    "records.jsonl a symlink outside O": (_link_records_outside, "no symlinks", "harness/records.jsonl: a symlink"),
+    "symlink in private": (lambda o: (o / "private/harness/x").symlink_to("/etc/hostname"), "no symlinks",
+                           "private/harness/x: a symlink"),
+    "fifo": (lambda o: os.mkfifo(o / "harness/pipe"), "no symlinks", "harness/pipe: not a regular file"),
+    "private leftover dir": (lambda o: _write(o / "private/.tmp-harness-1/t.jsonl", "x"), "private files",
+                             "private/.tmp-harness-1"),
+    "private file changed": (lambda o: _same_size_edit(o / "private/harness/tasks/arith.jsonl"), "private files",
+                             "private/harness/: contents differ"),
+    "private file added": (lambda o: _write(o / "private/harness/tasks/more.jsonl", "x"), "private files",
+                           "private/harness/: 4 files"),
+    "private experiment dir deleted": (lambda o: shutil.rmtree(o / "private/harness") or
+                                       (o / "private/other").mkdir(), "private files",
+                                       "private/harness/: listed in MANIFEST.json but missing"),
+    "identity run id": (lambda o: _edit(o / "harness/identity.json", lambda i: i.update(run_id="f" * 32)),
+                        "run id", "harness/identity.json run_id"),
+    "private replaced by a file": (lambda o: shutil.rmtree(o / "private") or _write(o / "private", "x"),
+                                   "private files", "private: not a directory"),
+    "private replaced by a link": (_link_private_outside, "no symlinks", "private: a symlink"),
+    "environment run id": (lambda o: _edit(o / "environment.json", lambda e: e.update(run_id="f" * 32)),
+                           "run id", "environment.json run_id"),
+    "private run.json run id": (lambda o: _write(o / "private/harness/run.json",
+                                                 {"experiment": "harness", "run_id": "f" * 32}),
+                                "run id", "private/harness/run.json run_id"),
+    "private run.json experiment": (lambda o: _write(o / "private/harness/run.json",
+                                                     {"experiment": "protocol", "run_id": RUN_ID}),
+                                    "run id", "private/harness/run.json experiment"),
+}
+
+
+@pytest.mark.parametrize("kind", list(MANIFEST_TAMPERS))
+def test_manifest_level_catches_each_tamper_naming_the_file(tmp_path, kind):
+    tamper, check, needle = MANIFEST_TAMPERS[kind]
+    out = tiny_harness_evidence(tmp_path / "O")
+    tamper(out)
+    rep = driver.audit(out)
+    assert rep["exit_code"] == 1 and rep["result"] == "FAIL"
+    assert any(needle in f for f in failures_of(rep, check)), failures_of(rep)
+
+
+# a forger who rewrites MANIFEST.json too (reseal) passes the manifest level; these are caught deeper
+RESEALED_TAMPERS = {
+    "environment commit": (lambda o: _edit(o / "environment.json", lambda e: e.update(git_commit="d")),
+                           "environment.json consistency", "identity.json git_commit"),
+    "environment dirty flag": (lambda o: _edit(o / "environment.json", lambda e: e.update(git_dirty=True)),
+                               "environment.json consistency", "identity.json git_dirty"),
+    "environment code hash": (lambda o: _edit(o / "environment.json", lambda e: e.update(code_sha256="x")),
+                              "environment.json consistency", "identity.json code_sha256"),
+    "identity run id": (lambda o: _edit(o / "harness/identity.json", lambda i: i.update(run_id="f" * 32)),
+                        "run id", "harness/identity.json run_id"),
+    "report value": (lambda o: _write(o / "report.html", TINY_REPORT.replace('data-value="0.5">0.5000',
+                                                                             'data-value="0.75">0.7500')),
+                     "report.html", "harness/summary.json#leaderboard.overall holds 0.5"),
+    "report shown text": (lambda o: _write(o / "report.html", TINY_REPORT.replace(">0.5000<", ">0.7500<")),
+                          "report.html", "not a rounding of 0.5"),
+    "report run id": (lambda o: _write(o / "report.html", TINY_REPORT.replace(RUN_ID, "e" * 32)),
+                      "report.html", "meta evidence-run-id"),
+    "report cell without source": (lambda o: _write(o / "report.html", TINY_REPORT.replace(
+        ' data-src="harness/summary.json#n_examples"', "")), "report.html", "is not '<exp>/<file>#<path>'"),
+    "report cell sourced outside an experiment": (lambda o: _write(o / "report.html", TINY_REPORT.replace(
+        "harness/summary.json#n_examples", "../x.json#a")), "report.html", "does not name an evidence file"),
+    "report cell with a missing source": (lambda o: _write(o / "report.html", TINY_REPORT.replace(
+        "#2.score", "#9.score")), "report.html", "no line '9'"),
+}
+
+
+@pytest.mark.parametrize("kind", list(RESEALED_TAMPERS))
+def test_deeper_checks_catch_tampers_behind_a_rewritten_manifest(tmp_path, kind):
+    tamper, check, needle = RESEALED_TAMPERS[kind]
+    out = tiny_harness_evidence(tmp_path / "O")
+    tamper(out)
+    manifest_level.reseal(out)
+    rep = driver.audit(out)
+    assert all(r["status"] != "FAIL" for r in rep["checks"] if r["check"].startswith("public files")), kind
+    assert rep["exit_code"] == 1 and any(needle in f for f in failures_of(rep, check)), failures_of(rep)
+
+
+def test_reseal_restores_a_clean_manifest(tmp_path):
+    out = tiny_harness_evidence(tmp_path / "O")
+    before = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest_level.reseal(out) == before
+
+
+def test_missing_private_is_incomplete_unless_public_only(tmp_path):
+    out = tiny_harness_evidence(tmp_path / "O")
+    shutil.rmtree(out / "private")
+    proc = audit(out)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "RESULT: INCOMPLETE: O/private/ absent" in proc.stdout and "RESULT: PASS" not in proc.stdout
+    proc = audit(out, "--public-only")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "RESULT: PASS (public evidence only; identity and forward levels not run)" in proc.stdout
+    assert audit(out, "--public-only", "--strict").returncode == 0     # what needs O/private/ was not asked for
+    proc = audit(out, "--public-only", "--tokens")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_public_only_still_fails_a_tamper(tmp_path):
+    out = tiny_harness_evidence(tmp_path / "O")
+    shutil.rmtree(out / "private")
+    _write(out / ".hidden", "x")
+    proc = audit(out, "--public-only")
+    assert proc.returncode == 1 and "RESULT: FAIL" in proc.stdout and ".hidden" in proc.stdout
+
+
+def test_printed_report_says_which_level_catches_what(tmp_path):
+    out = tiny_harness_evidence(tmp_path / "O")
+    rep = driver.audit(out)
+    notes = " ".join(r["note"] for r in rep["checks"])
+    assert "rewrites MANIFEST.json" in notes and "--tokens" in notes and "--forward" in notes
+    proc = audit(out)
+    assert "a forger who rewrites MANIFEST.json too passes it" in proc.stdout and "(--forward)" in proc.stdout
+    proc = audit("--help")
+    assert "MANIFEST.json" in proc.stdout and "public-only" in proc.stdout
+
+
+# ---- strict reading: every bad input is one line naming file and line, exit 2, never a traceback ---------------
+
+def _records_line2(text):
+    return lambda o: _write(o / "harness/records.jsonl",
+                            (o / "harness/records.jsonl").read_text().splitlines()[0] + "\n" + text + "\n")
+
+
+BAD_INPUTS = {
+    "duplicate key (nested)": (lambda o: _write(o / "harness/summary.json",
+                                                '{\n "split": "smoke",\n "leaderboard": {"overall": 0.5,\n'
+                                                '  "overall": 1.0}\n}'), "summary.json: line 4: field 'overall'"),
+    "duplicate key in a record": (_records_line2('{"task": "arith", "task": "x"}'),
+                                  "records.jsonl: line 2: field 'task': duplicate key"),
+    "NaN": (lambda o: _write(o / "harness/summary.json", '{"split": "smoke",\n "n": NaN}'),
+            "summary.json: line 2: field 'n': non-finite number NaN"),
+    "Infinity": (_records_line2('{"score": Infinity}'), "records.jsonl: line 2: field 'score': non-finite"),
+    "-Infinity": (lambda o: _write(o / "environment.json", '{"x": -Infinity}'), "environment.json: line 1"),
+    "1e999 overflow": (lambda o: _write(o / "harness/stages.json", '{"total_wall_s": 1e999}'),
+                       "stages.json: line 1: field 'total_wall_s': number 1e999 overflows"),
+    "integer of 5000 digits": (lambda o: _write(o / "harness/stages.json", '{"threads": ' + "9" * 5000 + "}"),
+                               "stages.json: line 1: field 'threads': integer of 5000 digits"),
+    "nesting 100000 deep": (lambda o: _write(o / "harness/summary.json", "[" * 100000 + "]" * 100000),
+                            "summary.json: line 1: nesting deeper than 64"),
+    "unclosed nesting 100000 deep": (lambda o: _write(o / "harness/config.json", "[" * 100000),
+                                     "config.json: line 1: nesting deeper than 64"),
+    "nesting 65 deep in a record": (_records_line2('{"a": ' + "[" * 65 + "]" * 65 + "}"),
+                                    "records.jsonl: line 2: nesting deeper than 64"),
+    "lone surrogate in a value": (lambda o: _write(o / "harness/identity.json", '{"run_id": "\\udc80"}'),
+                                  "identity.json: line 1: field 'run_id': string holds a lone surrogate"),
+    "lone surrogate in a key": (_records_line2('{"\\ud800": 1}'), "records.jsonl: line 2: field"),
+    "invalid UTF-8": (lambda o: (o / "harness/records.jsonl").write_bytes(b'{"a": 1}\n{"a": "\xff"}\n'),
+                      "records.jsonl: line 2: not UTF-8"),
+    "UTF-8 encoded surrogate": (lambda o: (o / "harness/summary.json").write_bytes(b'{"a": "\xed\xa0\x80"}'),
+                                "summary.json: line 1: not UTF-8"),
+    "byte order mark": (lambda o: (o / "harness/summary.json").write_bytes(b"\xef\xbb\xbf{}"),
+                        "summary.json: line 1: starts with a byte order mark"),
+    "records.jsonl a FIFO": (lambda o: (o / "harness/records.jsonl").unlink() or
+                             os.mkfifo(o / "harness/records.jsonl"), "records.jsonl: not a regular file"),
+    "records.jsonl a link to /dev/zero": (lambda o: (o / "harness/records.jsonl").unlink() or
+                                          (o / "harness/records.jsonl").symlink_to("/dev/zero"),
+                                          "records.jsonl: not a regular file"),
+    "manifest duplicate key": (lambda o: _write(o / "MANIFEST.json", '{"run_id": "a", "run_id": "b"}'),
+                               "MANIFEST.json: line 1: field 'run_id': duplicate key"),
+    "private run.json NaN": (lambda o: _write(o / "private/harness/run.json", '{"run_id": NaN}'),
+                             "run.json: line 1: field 'run_id': non-finite"),
+    "report.html data-value NaN": (lambda o: _write(o / "report.html", TINY_REPORT.replace(
+        'data-value="2"', 'data-value="NaN"')), "report.html line 1 data-value: line 1: non-finite"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_naming_file_and_line(tmp_path, kind):
+    tamper, needle = BAD_INPUTS[kind]
+    out = tiny_harness_evidence(tmp_path / "O")
+    tamper(out)
+    if kind.startswith("report.html"):
+        manifest_level.reseal(out)
+    proc = audit(out)
+    if kind.startswith("report.html"):      # a cell that cannot be read is a failed cell, the page still audited
+        assert proc.returncode == 1 and needle in proc.stdout, proc.stdout + proc.stderr
+        return
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert needle in proc.stderr, proc.stderr
+    assert not (out / "audit.json").exists()        # no report for unreadable evidence
+
+
+@pytest.mark.parametrize("limit, text, needle", [
+    ("MAX_LINE_CHARS", '{"a": "' + "x" * 200 + '"}', "line 1: line of 209 characters is over"),
+    ("MAX_FILE_BYTES", '{"a": "' + "x" * 200 + '"}', "file of 209 bytes is over"),
+])
+def test_line_and_file_size_are_bounded(tmp_path, monkeypatch, limit, text, needle):
+    p = tmp_path / "x.json"
+    p.write_text(text)
+    monkeypatch.setattr(reading, limit, 100)
+    read = reading.read_json if limit == "MAX_LINE_CHARS" else lambda q: reading.read_json(q, limit=100)
+    with pytest.raises(reading.Unreadable, match=needle):
+        read(p)
+
+
+def test_strict_reader_accepts_what_run_py_writes(tmp_path):
+    obj = {"a": [1, -2, 3.5, 1e-300, 10 ** 30, None, True], "s": 'q"[{\\u2028 ✓', "n": {"m": {}}}
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(obj, indent=1, ensure_ascii=False))
+    assert reading.read_json(p) == obj
+    p.write_text(json.dumps(obj) + "\n" + json.dumps(obj, ensure_ascii=False) + "\n")
+    assert reading.read_jsonl(p) == [obj, obj]
+
+
+def test_review_sheet_is_read_strictly(tmp_path):
+    """--review SHEET: the sheet is untrusted bytes too (read_json, the same strict reader)."""
+    from evidence_audit.rules import extraction_review
+    assert "read_json(sheet_path)" in (PACKAGE / "rules/extraction_review.py").read_text()
+    sheet = tmp_path / "sheet.json"
+    sheet.write_text('{"reviews": [' * 80 + "]" * 80 + "}")
+    with pytest.raises(reading.Unreadable, match="sheet.json: line 1: nesting deeper than 64"):
+        reading.read_json(sheet)
+    assert extraction_review.read_json is reading.read_json
+
+
+def test_report_rounding_rule():
+    from evidence_audit.report_page import is_rounding
+    for text, value in (("0.5000", 0.5), ("0.8125", 0.8125), ("0.812", 0.8125), ("1.2e-05", 1.23e-05), ("2", 2),
+                        ("+3", 3), ("[0.1235, -1.0]", [0.12345, -1.0]), ("—", None), ("0.0", 0.0), ("12.3", 12.34)):
+        assert is_rounding(text, value), (text, value)
+    for text, value in (("0.5001", 0.5), ("0.80", 0.8125), ("3", 2), ("1.3e-05", 1.23e-05), ("[0.1]", [0.1, 0.2]),
+                        ("—", 0.0), ("true", True), ("0.5", None)):
+        assert not is_rounding(text, value), (text, value)
+
+
+def test_environment_check_compares_the_run_id_with_every_identity():
+    ev = {"environment": {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {}, "run_id": "a"},
+          "identity": {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {}, "run_id": "b"}}
+    C = audit_checks.Checks()
+    shared.environment_check(C, "protocol", ev)
+    assert C.rows[0]["status"] == "FAIL" and "identity.json run_id" in C.rows[0]["first_failure"]
+
+
+def test_a_thousand_nested_dot_directories_fail_without_a_recursion_error(tmp_path):
+    out = tiny_harness_evidence(tmp_path / "O")
+    p = out / ".d"
+    p.mkdir()
+    for _ in range(1100):                       # deeper than Python's recursion limit (os.walk would crash)
+        p = p / "d"
+        p.mkdir()
+    rep = driver.audit(out)
+    assert rep["exit_code"] == 1 and any(".d/: directory not in MANIFEST.json" in f for f in failures_of(rep))
+    while p != out:                             # remove it without a recursive rmtree
+        p.rmdir()
+        p = p.parent
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda m: m["files"].update({"run.log": {"size": -1, "sha256": "0" * 64}}), "MANIFEST.json files.run.log"),
+    (lambda m: m["files"].update({"run.log": {"size": 1}}), "MANIFEST.json files.run.log"),
+    (lambda m: m["private"].update(harness={"n_files": True, "sha256": "0" * 64}), "MANIFEST.json private.harness"),
+    (lambda m: m.update(format="evidence-manifest/v0"), "MANIFEST.json format"),
+    (lambda m: m.update(experiments=["harness", "harness"]), "MANIFEST.json experiments"),
+    (lambda m: m.update(failed=["../x"]), "MANIFEST.json failed"),
+    (lambda m: m.pop("private"), "MANIFEST.json private: missing"),
+])
+def test_manifest_of_the_wrong_shape_fails_naming_the_field(tmp_path, edit, needle):
+    out = tiny_harness_evidence(tmp_path / "O")
+    _edit_manifest(out, edit)
+    rep = driver.audit(out)
+    assert any(f.startswith(needle) for f in failures_of(rep, "MANIFEST.json present")), failures_of(rep)
+
+
+def test_evidence_directory_that_is_a_symlink_exits_2(tmp_path):
+    out = tiny_harness_evidence(tmp_path / "O")
+    (tmp_path / "link").symlink_to(out)
+    proc = audit(tmp_path / "link")
+    assert proc.returncode == 2 and "a symlink" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_report_that_cannot_be_written_is_one_warning_and_keeps_the_verdict(tmp_path):
+    out = tiny_harness_evidence(tmp_path / "O")
+    proc = audit(out, "--report", tmp_path / "no-such-dir" / "a.json")
+    assert proc.returncode == 0 and "RESULT: PASS" in proc.stdout, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "could not write the JSON report" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sheet, needle", [
+    ('{"sheet_format": "x", "sheet_format": "y"}', "field 'sheet_format': duplicate key"),
+    ('{"items": ' + "[" * 5000 + "]" * 5000 + "}", "nesting deeper than 64"),
+    ('{"items": NaN}', "field 'items': non-finite number NaN"),
+])
+def test_review_sheet_of_bad_json_is_one_line_exit_2(smoke_run, tmp_path, sheet, needle):
+    path = tmp_path / "sheet.json"
+    path.write_text(sheet)
+    proc = audit(smoke_run[0], "--experiment", "extraction", "--review", path, "--report", tmp_path / "a.json")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and f"sheet.json: line 1: {needle}" in proc.stderr

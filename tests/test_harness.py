@@ -167,6 +167,47 @@ def test_code_exec_needs_io_pairs(tmp_path):
         load_task(p)
 
 
+IO = '{"id": "a", "prompt": "p", "targets": ["t"], "metric": "code_exec", "extras": {"io_pairs": [[1, %s]]}}'
+
+
+@pytest.mark.parametrize("line, field, expected, found", [
+    (IO % "NaN", "extras.io_pairs[0][1]", "a finite number", "NaN"),
+    (IO % "-Infinity", "extras.io_pairs[0][1]", "a finite number", "-Infinity"),
+    (IO % "1e999", "extras.io_pairs[0][1]", "a finite number", "1e999"),
+    (IO % ("9" * 5000), "extras.io_pairs[0][1]", "an integer of at most 100 digits", "one of 5000 digits"),
+    ('{"id": "a", "prompt": "p", "targets": ["t"], "targets": ["u"], "metric": "exact_match"}', "targets",
+     "each key once", "a duplicate key"),
+    (IO % ("[" * 100000 + "]" * 100000), None, "nesting at most 64 deep", "levels"),
+    ('{"id": "a", "prompt": "\\udc00", "targets": ["t"], "metric": "exact_match"}', "prompt",
+     "valid Unicode text", "a lone surrogate"),
+])
+def test_strict_task_reading_one_line_naming_file_line_and_field(tmp_path, line, field, expected, found):
+    """NaN, a huge integer, duplicate keys, deep nesting, lone surrogates: one TaskFormatError line naming the file,
+    the line and the field (they crashed scoring or loading, or were silently accepted)."""
+    p = write(tmp_path, "strict", ["# header", line])
+    with pytest.raises(TaskFormatError) as e:
+        load_task(p)
+    msg = str(e.value)
+    head = f"{p}:2: field {field}: expected {expected}" if field else f"{p}:2: expected {expected}"
+    assert msg.startswith(head) and found in msg and "\n" not in msg, msg
+
+
+def test_strict_task_reading_bad_utf8_names_the_line(tmp_path):
+    p = tmp_path / "bytes.jsonl"
+    p.write_bytes(b"# header\n" + GOOD.encode() + b"\n" + b'{"id": "b\xff"}\n')
+    with pytest.raises(TaskFormatError, match=f"^{p}:3: expected UTF-8 text, found byte 0xff$"):
+        load_task(p)
+
+
+@pytest.mark.parametrize("line", [IO % "NaN", IO % ("9" * 5000), IO % ("[" * 100000)])
+def test_cli_strict_task_file_exits_2_with_one_line(tmp_path, line):
+    write(tmp_path, "bad", [line])
+    p = run_cli("-m", "harness", "run", "--adapter", "toy", "--tasks-dir", tmp_path, "--out", tmp_path / "o.json")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.startswith(f"error: {tmp_path / 'bad.jsonl'}:1: ") and "Traceback" not in p.stderr
+    assert not (tmp_path / "o.json").exists()
+
+
 def test_empty_task_file_and_empty_dir(tmp_path):
     with pytest.raises(TaskFormatError, match="expected at least one example, found none"):
         load_task(write(tmp_path, "empty", ["# nothing here"]))
@@ -472,14 +513,16 @@ def test_experiment_refuses_a_missing_configured_tasks_dir(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_experiment_seeds_only_its_own_default_dir(tmp_path):
+def test_experiment_reads_the_fixtures_in_place_and_makes_no_working_dir(tmp_path):
+    """No O/.harness_tasks/ (prompts and targets in a public folder): the default task source is the shipped
+    fixtures, read in place; nothing is created in O."""
     from experiments.harness import load_tasks
 
-    tasks_dir, seeded, tasks = load_tasks(experiment_ctx(tmp_path / "O", split="smoke"))
-    assert tasks_dir == tmp_path / "O" / ".harness_tasks" and seeded is True
+    tasks_dir, configured, tasks = load_tasks(experiment_ctx(tmp_path / "O", split="smoke"))
+    assert tasks_dir == FIXTURES and configured is False
     assert sorted(tasks) == sorted(p.stem for p in FIXTURES.glob("*.jsonl"))
     assert all(len(t.examples) == 1 for t in tasks.values())
-    assert load_tasks(experiment_ctx(tmp_path / "O"))[1] is False  # already has task files: not seeded again
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_experiment_data_label_names_the_tasks_and_creates_nothing(tmp_path):
@@ -487,7 +530,7 @@ def test_experiment_data_label_names_the_tasks_and_creates_nothing(tmp_path):
 
     fixtures = ", ".join(sorted(p.stem for p in FIXTURES.glob("*.jsonl")))
     out = tmp_path / "O"
-    assert data_label(experiment_ctx(out)) == f"tasks {fixtures} (fixtures, to be seeded into {out / '.harness_tasks'})"
+    assert data_label(experiment_ctx(out)) == f"tasks {fixtures} (the shipped fixtures, read in place)"
     assert data_label(experiment_ctx(out, str(tmp_path / "typo"))) == f"tasks (none) ({tmp_path / 'typo'})"
     assert list(tmp_path.iterdir()) == []
     write(tmp_path, "mine", [GOOD])
@@ -573,12 +616,20 @@ def test_run_py_harness_smoke(harness_smoke):
         assert (out / "private" / "harness" / "tasks" / f"{name}.jsonl").read_bytes() == \
             (FIXTURES / f"{name}.jsonl").read_bytes()
     assert "[harness] smollm2:" in proc.stdout and "overall" in proc.stdout
-    assert (out / ".harness_tasks" / "code.jsonl").exists()  # seeded into the output on first run
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no O/.harness_tasks/ or other dot-dir
+    gens = [json.loads(l) for l in (out / "private" / "harness" / "generations.jsonl").read_text().splitlines()]
+    assert [(g["task"], g["id"]) for g in gens] == [(r["task"], r["id"]) for r in records if not r["timed_out"]]
+    assert all(g["finish_reason"] in ("eos", "length") and g["generated_ids"] for g in gens)
 
 
 # ---- audit.py's harness rule ------------------------------------------------------------------------------------
 def audit(out):
-    return run_cli("audit.py", out, "--tokens", "--experiment", "harness", "--report", out / "audit-test.json")
+    return run_cli("audit.py", out, "--tokens", "--experiment", "harness", "--report", report_path(out))
+
+
+def report_path(out):
+    """audit.py's --report outside O: a file left in O would be an extra file for the manifest check."""
+    return out.parent / f"{out.name}.audit-test.json"
 
 
 def tampered(src, tmp_path, edit):
@@ -634,8 +685,21 @@ def _sandbox_outputs(d):
     edit_jsonl(d / "harness" / "records.jsonl", edit)
 
 
+def _generation(field, fn):
+    def edit(d):
+        edit_jsonl(d / "private" / "harness" / "generations.jsonl", lambda rows: rows[0].update({field: fn(rows[0])}))
+    return edit
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("edit, caught_by", [
+    (_generation("generated_ids", lambda g: [g["generated_ids"][0] + 1] + g["generated_ids"][1:]),
+     "identity   private generations"),
+    (_generation("generated_ids", lambda g: [10 ** 30] + g["generated_ids"][1:]), "identity   private generations"),
+    (_generation("prompt_ids", lambda g: g["prompt_ids"][1:]), "identity   private generations"),
+    (_generation("finish_reason", lambda g: "length" if g["finish_reason"] == "eos" else "eos"),
+     "identity   private generations"),
+    (_generation("prompt", lambda g: g["prompt"].replace("user", "usr", 1)), "identity   private generations"),
     (lambda d: edit_jsonl(d / "harness" / "records.jsonl", _set_score), "arithmetic"),
     (_overall, "arithmetic task and overall scores"),
     (lambda d: edit_jsonl(d / "harness" / "records.jsonl", lambda rows: rows.pop()), "example selection"),
@@ -651,3 +715,243 @@ def test_audit_catches_tampering(harness_smoke, tmp_path, edit, caught_by):
     p = audit(tampered(out, tmp_path, edit))
     assert p.returncode == 1, p.stdout
     assert any(caught_by in line and "FAIL" in line for line in p.stdout.splitlines()), p.stdout
+
+
+# ---- audit.py's harness forward level and fixture check, without a model (fast) -----------------------------------
+def fixture_examples():
+    """{(task, id): example dict} of the shipped fixtures, as the audit reads a private task file."""
+    from evidence_audit.rules.harness import h_task_examples
+    return {(p.stem, ex["id"]): ex for p in sorted(FIXTURES.glob("*.jsonl"))
+            for _, ex in h_task_examples(p.read_text(encoding="utf-8"))}
+
+
+def test_audit_rewrites_the_toy_adapters_and_they_agree():
+    """The audit's toy and wrong adapters are its own (no import of harness/) and answer every fixture prompt, and
+    prompts they do not know, exactly as harness/adapters.py's do."""
+    from evidence_audit.rules.harness import H_TOY_ADAPTERS
+
+    assert "harness" not in imported_top_modules(REPO / "evidence_audit" / "rules" / "harness.py")
+    prompts = [ex["prompt"] for ex in fixture_examples().values()] + ["hello", "What is 2 ^ 3?"]
+    assert [H_TOY_ADAPTERS["toy"](p) for p in prompts] == ToyAdapter().generate(prompts)
+    assert [H_TOY_ADAPTERS["wrong"](p) for p in prompts] == WrongAdapter().generate(prompts)
+
+
+def test_audit_forward_reruns_the_toy_adapter_and_names_a_replaced_prediction():
+    from evidence_audit.checks import Checks
+    from evidence_audit.rules.harness import TOY_FORWARD, audit_harness_forward
+
+    answered = [(t, i, ex["prompt"], ToyAdapter().answer(ex["prompt"])) for (t, i), ex in fixture_examples().items()]
+    C = Checks()
+    audit_harness_forward(C, "harness", {}, {"adapter": "toy", "answered": answered, "tokens": None}, None)
+    assert [(r["check"], r["status"], r["items"]) for r in C.rows] == [(TOY_FORWARD, "PASS", len(answered))]
+    task, ex_id, prompt, _ = answered[3]
+    answered[3] = (task, ex_id, prompt, "a consistent forgery")
+    C = Checks()
+    audit_harness_forward(C, "harness", {}, {"adapter": "toy", "answered": answered, "tokens": None}, None)
+    assert C.rows[0]["status"] == "FAIL" and C.rows[0]["n_failures"] == 1
+    assert C.rows[0]["first_failure"].startswith(f"{task}/{ex_id} prediction: ")
+    C = Checks()
+    audit_harness_forward(C, "harness", {}, {"adapter": "wrong", "answered": answered, "tokens": None}, None)
+    assert C.rows[0]["status"] == "FAIL" and C.rows[0]["n_failures"] == len(answered)
+
+
+def test_audit_catches_a_fixture_target_changed_to_the_wrong_answer():
+    """The repository's fixtures, not the evidence, say what a shipped example's target is: a target changed to
+    equal the model's wrong answer (and every hash and score recomputed) fails, naming the example and field."""
+    from evidence_audit.checks import Checks
+    from evidence_audit.rules.harness import shipped_fixtures_check
+
+    examples = fixture_examples()
+    C = Checks()
+    shipped_fixtures_check(C, "harness", examples)
+    assert C.rows[0]["status"] == "PASS" and C.rows[0]["items"] == len(examples)
+    first = next(iter(examples))
+    examples[first] = dict(examples[first], targets=["the model's wrong answer"])
+    C = Checks()
+    shipped_fixtures_check(C, "harness", examples)
+    assert C.rows[0]["status"] == "FAIL"
+    assert C.rows[0]["first_failure"].startswith(f"{first[0]}/{first[1]} targets: ")
+    # an example of the user's own (a new id) is not compared
+    examples = {("arithmetic", "mine-01"): dict(examples[first], id="mine-01")}
+    C = Checks()
+    shipped_fixtures_check(C, "harness", examples)
+    assert C.rows[0]["status"] == "PASS" and C.rows[0]["items"] == 0
+
+
+# ---- consistent forgeries of the harness evidence (slow: the real smoke run) ---------------------------------------
+def audit_levels(out, cache, *levels):
+    return run_cli("audit.py", out, "--strict", *levels, "--experiment", "harness", "--cache", cache,
+                   "--report", report_path(out))
+
+
+def harness_aggregates(board, records):
+    """Task and overall figures of a leaderboard recomputed from example scores (the forger's arithmetic)."""
+    for name, t in board["tasks"].items():
+        scores = [r["score"] for r in records if r["task"] == name]
+        t.update(score=sum(scores) / len(scores), correct=sum(s == 1.0 for s in scores))
+    board["overall"] = sum(t["score"] for t in board["tasks"].values()) / len(board["tasks"])
+
+
+def reseal(d):
+    """What a careful forger does after an edit: every derived figure, report.html and MANIFEST.json rebuilt."""
+    import report
+    from experiments.evidence import write_manifest
+
+    private = json.loads((d / "private" / "harness" / "leaderboard.json").read_text())
+    rows = [json.loads(l) for l in (d / "harness" / "records.jsonl").read_text().splitlines()]
+    by_key = {(e["task"], e["id"]): e for e in private["per_example"]}
+    for r in rows:
+        e = by_key[(r["task"], r["id"])]
+        r["score"] = e["score"]
+        r["prediction_sha256"] = None if e["prediction"] is None else runner.sha256_text(e["prediction"])
+    (d / "harness" / "records.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    harness_aggregates(private, rows)
+    (d / "private" / "harness" / "leaderboard.json").write_text(json.dumps(private, indent=1))
+    summary = json.loads((d / "harness" / "summary.json").read_text())
+    harness_aggregates(summary["leaderboard"], rows)
+    (d / "harness" / "summary.json").write_text(json.dumps(summary, indent=1))
+    (d / "harness" / "leaderboard.json").write_text(json.dumps(summary["leaderboard"], indent=1))
+    report.write(d)
+    manifest = json.loads((d / "MANIFEST.json").read_text())
+    write_manifest(d, manifest["run_id"], manifest["experiments"], manifest["failed"])
+
+
+def forge_prediction(d, tokenizer):
+    """Replace the first wrongly answered text prediction by a target, with generated ids that decode to it."""
+    private = json.loads((d / "private" / "harness" / "leaderboard.json").read_text())
+    tasks = {p.stem: {ex.id: ex for ex in load_task(p).examples} for p in (d / "private" / "harness" / "tasks").iterdir()}
+    e = next(e for e in private["per_example"] if e["score"] == 0.0 and e["prediction"] is not None
+             and tasks[e["task"]][e["id"]].metric in ("exact_match", "multiple_choice"))
+    e["prediction"], e["score"] = tasks[e["task"]][e["id"]].targets[0], 1.0
+    (d / "private" / "harness" / "leaderboard.json").write_text(json.dumps(private, indent=1))
+    gens_path = d / "private" / "harness" / "generations.jsonl"
+    gens = [json.loads(l) for l in gens_path.read_text().splitlines()]
+    g = next(g for g in gens if (g["task"], g["id"]) == (e["task"], e["id"]))
+    g["generated_ids"] = tokenizer.encode(e["prediction"], add_special_tokens=False) + [tokenizer.eos_token_id]
+    gens_path.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in gens))
+    reseal(d)
+    return f"{e['task']}/{e['id']}"
+
+
+def forge_target(d):
+    """Change a shipped fixture example's target to the model's wrong answer, and every hash that names the file."""
+    private = json.loads((d / "private" / "harness" / "leaderboard.json").read_text())
+    e = next(e for e in private["per_example"] if e["task"] == "arithmetic")
+    path = d / "private" / "harness" / "tasks" / "arithmetic.jsonl"
+    lines = path.read_text().split("\n")
+    n = next(i for i, l in enumerate(lines) if f'"id": "{e["id"]}"' in l)
+    ex = json.loads(lines[n])
+    ex["targets"] = [e["prediction"]]
+    lines[n] = json.dumps(ex)
+    path.write_text("\n".join(lines))
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    e["score"] = 1.0
+    private["tasks"]["arithmetic"]["sha256"] = sha
+    (d / "private" / "harness" / "leaderboard.json").write_text(json.dumps(private, indent=1))
+    cfg = json.loads((d / "harness" / "config.json").read_text())
+    cfg["tasks"]["arithmetic"]["sha256"] = sha
+    (d / "harness" / "config.json").write_text(json.dumps(cfg, indent=1))
+    summary = json.loads((d / "harness" / "summary.json").read_text())
+    summary["leaderboard"]["tasks"]["arithmetic"]["sha256"] = sha
+    summary["tasks_are_shipped_fixtures"]["arithmetic"] = False
+    (d / "harness" / "summary.json").write_text(json.dumps(summary, indent=1))
+    reseal(d)
+    return f"arithmetic/{e['id']}"
+
+
+def rows_of(p):
+    return [l for l in p.stdout.splitlines() if l.startswith("harness ")]
+
+
+def caught_once(p, dst, row, first_failure):
+    """The audit failed (exit 1) on exactly one harness row, `row`, whose first failure starts `first_failure`."""
+    assert p.returncode == 1, p.stdout
+    failed = [l for l in rows_of(p) if "FAIL" in l]
+    assert len(failed) == 1 and row in failed[0], p.stdout
+    report = json.loads(report_path(dst).read_text())
+    first = next(r for r in report["checks"] if r["status"] == "FAIL")["first_failure"]
+    assert first.startswith(first_failure), first
+
+
+@pytest.mark.slow
+def test_audit_strict_tokens_forward_passes_on_clean_smoke_evidence(harness_smoke, prepared_cache):
+    out, _ = harness_smoke
+    p = audit_levels(out, prepared_cache, "--tokens", "--forward")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "harness    forward    greedy tokens (argmax at every generated position)" in p.stdout
+    assert "SKIPPED" not in "\n".join(rows_of(p))
+
+
+@pytest.mark.slow
+def test_audit_forward_catches_a_consistently_replaced_prediction(harness_smoke, prepared_cache, smollm2, tmp_path):
+    """A wrong prediction replaced by the target, its generated ids re-tokenised, every hash, score, aggregate,
+    report.html and MANIFEST.json recomputed: the arithmetic and identity levels pass; the forward level names the
+    example and the generated token that is not the model's greedy choice."""
+    out, _ = harness_smoke
+    if not any(not json.loads(l)["timed_out"] for l in (out / "harness" / "records.jsonl").read_text().splitlines()):
+        pytest.skip("every example timed out in this run: nothing to forge")
+    dst = tmp_path / "forged"
+    shutil.copytree(out, dst)
+    where = forge_prediction(dst, smollm2[1])
+    p = audit_levels(dst, prepared_cache, "--tokens")
+    assert p.returncode == 0, p.stdout      # consistent: the two levels without the model's numbers cannot tell
+    caught_once(audit_levels(dst, prepared_cache, "--tokens", "--forward"), dst, "forward    greedy tokens",
+                f"idx {where} generated_ids[")
+
+
+@pytest.mark.slow
+def test_audit_catches_a_fixture_target_changed_to_the_models_answer(harness_smoke, prepared_cache, tmp_path):
+    out, _ = harness_smoke
+    private = json.loads((out / "private" / "harness" / "leaderboard.json").read_text())
+    if next(e for e in private["per_example"] if e["task"] == "arithmetic")["score"] == 1.0:
+        pytest.skip("the model answered the arithmetic example correctly in this run: no wrong answer to adopt")
+    dst = tmp_path / "forged"
+    shutil.copytree(out, dst)
+    where = forge_target(dst)
+    caught_once(audit_levels(dst, prepared_cache, "--tokens"), dst, "identity   task files vs the repository's fixtures",
+                f"{where} targets: ")
+
+
+def toy_evidence(out, adapter="toy"):
+    """test_audit.py's tiny harness evidence turned into a run of the toy (or wrong) adapter: prompts the toy
+    adapter answers "4" (right) and "6" (wrong), as the tiny evidence's predictions are."""
+    from test_audit import _identity, seal, tiny_harness_evidence
+
+    tiny_harness_evidence(out)
+    prompts = {"a": "What is 2 + 2?", "b": "What is 3 + 3?"}
+    text = "".join(json.dumps({"id": i, "prompt": prompts[i], "targets": [t], "metric": "exact_match"}) + "\n"
+                   for i, t in (("a", "4"), ("b", "5")))
+    (out / "private/harness/tasks/arith.jsonl").write_text(text)
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    edit_json(out / "harness/config.json", lambda c: (c["tasks"]["arith"].update(sha256=sha),
+                                                     c["config"].update(harness_adapter=adapter)))
+    conf = json.loads((out / "harness/config.json").read_text())["config"]
+    edit_json(out / "harness/identity.json", lambda i: i.update(
+        {k: v for k, v in _identity(conf).items() if k.startswith("scoring_config")}))
+    edit_jsonl(out / "harness/records.jsonl",
+               lambda rows: [r.update(prompt_sha256=runner.sha256_text(prompts[r["id"]])) for r in rows])
+    edit_json(out / "harness/summary.json", lambda s: (s["leaderboard"]["tasks"]["arith"].update(sha256=sha),
+                                                      s["leaderboard"].update(adapter=adapter)))
+    edit_json(out / "private/harness/leaderboard.json", lambda b: (b["tasks"]["arith"].update(sha256=sha),
+                                                                  b.update(adapter=adapter)))
+    return seal(out)
+
+
+def test_audit_forward_reruns_the_toy_adapter_on_its_evidence(tmp_path):
+    """End to end on evidence of the toy adapter: the forward level runs (no model needed) and passes; a replaced
+    private prediction fails it naming the example and the field; evidence claiming the wrong adapter fails it."""
+    from evidence_audit import driver
+    from evidence_audit.rules.harness import TOY_FORWARD
+
+    def forward_row(out):
+        rep = driver.audit(out, ("arithmetic", "identity", "forward"))
+        return next(r for r in rep["checks"] if r["experiment"] == "harness" and r["level"] == "forward")
+
+    row = forward_row(toy_evidence(tmp_path / "O"))
+    assert (row["check"], row["status"], row["items"]) == (TOY_FORWARD, "PASS", 2), row
+    out = toy_evidence(tmp_path / "O2")
+    edit_json(out / "private/harness/leaderboard.json", lambda b: b["per_example"][1].update(prediction="5"))
+    row = forward_row(out)
+    assert row["status"] == "FAIL" and row["first_failure"].startswith("arith/b prediction: "), row
+    row = forward_row(toy_evidence(tmp_path / "O3", adapter="wrong"))
+    assert row["status"] == "FAIL" and row["n_failures"] == 2 and row["first_failure"].startswith("arith/a "), row

@@ -270,9 +270,9 @@ def test_limit_demonstration_and_no_shuffle(mctaco_run):
 def test_audit_recomputes_the_full_run_at_every_level(mctaco_run, prepared_cache):
     out, _ = mctaco_run
     proc = run_cli("audit.py", out, "--experiment", "mctaco", "--forward", "--cache", prepared_cache,
-                   "--report", out / "audit.mctaco.json")
+                   "--report", out.parent / "audit.mctaco.json")  # outside O: O holds only what its manifest lists
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads((out / "audit.mctaco.json").read_text())
+    report = json.loads((out.parent / "audit.mctaco.json").read_text())
     checks = [r for r in report["checks"] if r["experiment"] == "mctaco"]
     assert {r["level"] for r in checks if r["status"] == "PASS"} == {"arithmetic", "identity", "forward"}
     assert not [r for r in checks if r["status"] != "PASS"]

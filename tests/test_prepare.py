@@ -19,6 +19,7 @@ import pytest
 
 import conftest
 from conftest import run_cli
+from test_run_safety import fill, tmpfs  # noqa: F401  (tmpfs is a fixture: a small tmpfs mount, root only)
 
 sys.path.insert(0, str(conftest.REPO))  # resources.py lives at the repository root; there is no package
 import resources as R  # noqa: E402
@@ -439,6 +440,85 @@ def test_verified_inputs_returns_what_the_manifest_vouches_for(tmp_path):
         R.verified_inputs(cache, "m", "d")
 
 
+# ---- a manifest of the wrong shape: refused by run.py on one line, repaired by prepare.py (issue 15) ----------
+
+WRONG_SHAPES = {
+    "a list": "[]",
+    "resources is a number": '{"resources": 3}',
+    "no resources": "{}",
+    "a resource without files": '{"resources": {"fixture-sentiment": {"kind": "data", "source": {}, '
+                                '"content_sha256": "0"}}}',
+    "files of the wrong shape": '{"resources": {"fixture-sentiment": {"kind": "data", "source": {}, '
+                                '"content_sha256": "0", "files": {"data/x": "abc"}}}}',
+    "a resource that is a string": '{"resources": {"fixture-sentiment": "prepared"}}',
+    "a path outside the cache": '{"resources": {"d": {"kind": "data", "source": {}, "content_sha256": "0", '
+                                '"files": {"../../etc/passwd": {"sha256": "' + "0" * 64 + '", "size": 1}}}}}',
+    "not JSON": '{"resources": ',
+    "deeply nested": "[" * 100000,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_SHAPES))
+def test_a_manifest_of_the_wrong_shape_is_refused_on_one_line(tmp_path, kind):
+    """resources.load_manifest (run.py, bench.py, prepare.py --verify read the cache through it): ResourceError
+    naming the file, what is wrong and the repair; never a KeyError/TypeError."""
+    cache = tmp_path / "cache"
+    fake_prepared_cache(cache)
+    (cache / "manifest.json").write_text(WRONG_SHAPES[kind])
+    with pytest.raises(R.ResourceError) as e:
+        R.verified_inputs(cache, "m", "d")
+    msg = str(e.value)
+    assert "\n" not in msg and str(cache / "manifest.json") in msg and "prepare.py --cache" in msg
+    proc = run_cli("prepare.py", "--cache", cache, "--verify", env=NO_PIP)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_run_py_refuses_a_manifest_of_the_wrong_shape_with_exit_2(tmp_path):
+    cache = tmp_path / "cache"
+    fake_prepared_cache(cache)
+    (cache / "manifest.json").write_text('{"resources": 3}')
+    proc = run_cli("run.py", "--cache", cache, "--out", tmp_path / "o", "--model", "m", "--data", "d", "--smoke",
+                   "--experiment", "protocol")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: {cache / 'manifest.json'}: wrong shape: \"resources\" is "
+                                                f"missing or not an object; run: python prepare.py --cache {cache} "
+                                                "to repair it"]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("kind", ["a list", "resources is a number", "a resource without files", "not JSON"])
+def test_prepare_repairs_a_manifest_of_the_wrong_shape_from_the_verified_files(tmp_path, kind):
+    """prepare.py sets the damaged manifest aside (kept), rebuilds it from files it re-verifies against the lock
+    (here: the sentiment fixture, no download), and --verify then passes; the other well-shaped entries survive."""
+    cache = tmp_path / "cache"
+    proc = run_cli("prepare.py", "--cache", cache, "--data", "fixture-sentiment", env=NO_PIP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    good = load_json(cache / "manifest.json")
+    (cache / "manifest.json").write_text(WRONG_SHAPES[kind])
+    proc = run_cli("prepare.py", "--cache", cache, "--data", "fixture-sentiment", env=NO_PIP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warnings = [line for line in proc.stdout.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "repairing" in warnings[0]
+    assert load_json(cache / "manifest.json") == good
+    assert [p.read_text() for p in cache.glob("manifest.json.bad-*")] == [WRONG_SHAPES[kind]]
+    proc = run_cli("prepare.py", "--cache", cache, "--verify", env=NO_PIP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_prepare_keeps_well_shaped_entries_and_rebuilds_the_broken_one(tmp_path):
+    cache = tmp_path / "cache"
+    for rid in ("fixture-sentiment", "fixture-mctaco"):
+        assert run_cli("prepare.py", "--cache", cache, "--data", rid, env=NO_PIP).returncode == 0
+    good = load_json(cache / "manifest.json")
+    broken = json.loads(json.dumps(good))
+    del broken["resources"]["fixture-sentiment"]["files"]
+    (cache / "manifest.json").write_text(json.dumps(broken))
+    proc = run_cli("prepare.py", "--cache", cache, "--data", "fixture-sentiment", env=NO_PIP)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 well-shaped entry kept" in proc.stdout
+    assert load_json(cache / "manifest.json") == good
+
+
 # ---- layering ------------------------------------------------------------------------------------------------
 
 def imported_modules(path):
@@ -464,3 +544,20 @@ def test_layering_of_the_resource_modules():
     importers = [str(p.relative_to(conftest.REPO)) for p in conftest.REPO.rglob("*.py")
                  if ".venv" not in p.parts and "bench" in imported_modules(p)]
     assert importers == []
+
+
+def test_a_cache_that_is_a_file_or_on_a_full_disk_is_one_line(tmp_path, tmpfs):
+    """prepare.py: --cache naming a file, and a cache on a full disk (a filled 64 KiB tmpfs, root only): one line,
+    exit 2, no traceback, nothing vouched for."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    proc = run_cli("prepare.py", "--cache", a_file, "--data", "fixture-sentiment", env=NO_PIP)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: --cache {a_file}: exists and is not a directory"]
+    mnt = tmpfs("64k")
+    fill(mnt)
+    proc = run_cli("prepare.py", "--cache", mnt / "o", "--data", "fixture-sentiment", env=NO_PIP)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "No space left on device" in proc.stderr
+    assert not (mnt / "o" / "manifest.json").exists() or \
+        "fixture-sentiment" not in (mnt / "o" / "manifest.json").read_text()

@@ -14,10 +14,14 @@ hand-made directories.
 Set REPORT_SCREENSHOT_DIR to keep the screenshots (they are written to the test's tmp_path otherwise).
 """
 import ast
+import contextlib
+import io
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -25,6 +29,7 @@ import pytest
 
 import conftest
 from conftest import run_cli
+from test_run_safety import fill, tmpfs  # noqa: F401  (tmpfs is a fixture: a small tmpfs mount, root only)
 
 REPORT = conftest.REPO / "report.py"
 REPO_ROOT = conftest.REPO
@@ -141,13 +146,21 @@ def test_numbers_are_rounded_by_what_they_are():
 
 
 def test_number_cells_keep_the_exact_value():
+    """A number read from an experiment's evidence keeps its exact JSON text (data-value) and its place (data-src);
+    a number the page computes (arithmetic on read values) is labelled derived and carries no data-value."""
     report = load_report()
-    assert report.cell(report.rate(0.5555555555555556)) == \
-        '<td class="num" data-value="0.5555555555555556" title="0.5555555555555556">0.5556</td>'
-    assert report.cell(7) == '<td class="num" data-value="7">7</td>'
-    assert report.cell(report.rate([0.5, 0.5555555555555556])) == \
-        ('<td class="num" data-value="[0.5, 0.5555555555555556]" title="[0.5, 0.5555555555555556]">'
-         "[0.5000, 0.5556]</td>")
+    ev = report.sourced({"a": {"acc": 0.5555555555555556, "n": 7}, "pair": [0.5, 0.5555555555555556]},
+                        "exp/summary.json#")
+    assert report.cell(report.rate(ev["a"]["acc"])) == \
+        ('<td class="num" data-src="exp/summary.json#a.acc" data-value="0.5555555555555556" '
+         'title="0.5555555555555556">0.5556</td>')
+    assert report.cell(ev["a"]["n"]) == '<td class="num" data-src="exp/summary.json#a.n" data-value="7">7</td>'
+    assert report.cell(report.rate(ev["pair"])) == \
+        ('<td class="num" data-src="exp/summary.json#pair" data-value="[0.5, 0.5555555555555556]" '
+         'title="[0.5, 0.5555555555555556]">[0.5000, 0.5556]</td>')
+    assert report.cell(report.rate(ev["a"]["acc"] / 2)) == \
+        '<td class="num derived" title="derived from the evidence">0.2778</td>'
+    assert report.cell(7) == '<td class="num derived" title="derived from the evidence">7</td>'
     assert report.cell(report.rate(None)) == "<td>—</td>" and report.cell("a<b") == "<td>a&lt;b</td>"
     for value in (0.5555555555555556, 1.2e-05, -0.05555555555555558, 3, 0.0, 1234.56789):
         for style in ("rate", "diff", "delta", "seconds", "general"):
@@ -423,14 +436,12 @@ def test_mctaco_plot_draws_unscored_questions_apart_and_no_negative_rank():
     assert report.question_segments_plot(cfg, summary, set(range(10))).startswith('<img alt="questions')
 
 
-def test_readme_says_the_mutation_selftest_tampers_with_protocol_evidence_only():
-    """Issue 14: the README said `--mutations` tampers with all evidence; it tampers with protocol evidence only."""
-    import re
-
+def test_readme_says_what_the_mutation_selftest_does():
+    """Issue 14 found the README overstating `--mutations`; issue 15 extends it to every experiment. The paragraph
+    must still say that it tampers with copies and that the untouched copy must pass."""
     text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     paragraph = next(p for p in text.split("\n\n") if "audit.py O --mutations" in p)
-    assert re.search(r"protocol experiment's evidence only", paragraph), paragraph
-    assert not re.search(r"all (the )?evidence|every experiment's evidence", paragraph), paragraph
+    assert "copies of O" in paragraph and "untouched copy must pass" in paragraph, paragraph
 
 
 def test_report_has_no_function_over_80_lines():
@@ -698,9 +709,8 @@ def test_report_cli_on_a_copy_of_the_evidence(smoke_run, browser, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == str(out / "report.html")
     check_page(browser, out / "report.html", out, tmp_path, "cli")
-    if (src / "report.html").exists():   # the same evidence gives the same tables, whoever calls report.py
-        assert parse_tables((out / "report.html").read_text(encoding="utf-8")) == \
-            parse_tables((src / "report.html").read_text(encoding="utf-8"))
+    # the same evidence gives the same page, byte for byte, whoever calls report.py and wherever O lies
+    assert (out / "report.html").read_bytes() == (src / "report.html").read_bytes()
 
 
 @pytest.mark.slow
@@ -713,3 +723,129 @@ def test_network_check_catches_an_external_resource(browser, tmp_path):
         assert_self_contained(page.read_text())
     got = render(browser, page, tmp_path / "leaky.png")
     assert any(u.startswith("http://127.0.0.1:9/") for u in got["requested"]), got["requested"]
+
+
+# ---- issue 15: a derived, deterministic page; every number names its source; atomic on a full disk -----------
+
+class SourcedCells(HTMLParser):
+    """Every element with data-value: (data-src, data-value, text); the run id meta."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.cells, self.run_ids, self.derived, self._open = [], [], 0, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "meta" and a.get("name") == "evidence-run-id":
+            self.run_ids.append(a.get("content"))
+        if "data-value" in a:
+            self._open = [a.get("data-src"), a["data-value"], ""]
+        elif "derived" in (a.get("class") or "").split():
+            self.derived += 1
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._open is not None:
+            self.cells.append(tuple(self._open))
+            self._open = None
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self._open[2] += data
+
+
+def evidence_value(out, src):
+    """The value a data-src names: <exp>/<file>.json#a.b.0 or <exp>/records.jsonl#<line from 1>.a.b."""
+    rel, path = src.split("#")
+    assert len(rel.split("/")) == 2, src
+    keys = path.split(".") if path else []
+    if rel.endswith(".jsonl"):
+        lines = (out / rel).read_text().splitlines()
+        obj, keys = json.loads(lines[int(keys[0]) - 1]), keys[1:]
+    else:
+        obj = json.loads((out / rel).read_text())
+    for k in keys:
+        obj = obj[int(k)] if isinstance(obj, list) else obj[k]
+    return obj
+
+
+def sourced_evidence(tmp_path):
+    out, _ = minimal_evidence(tmp_path)
+    env = json.loads((out / "environment.json").read_text())
+    write_json(out / "environment.json", {**env, "run_id": "ab" * 16, "cpu_count": 2})
+    (out / "novel" / "records.jsonl").write_text('{"idx": 3, "score": -1.25}\n{"idx": 1}\n', encoding="utf-8")
+    return out
+
+
+def test_every_number_cell_names_the_evidence_value_it_shows(tmp_path):
+    out = sourced_evidence(tmp_path)
+    text = load_report().build(out)
+    page = SourcedCells()
+    page.feed(text)
+    assert page.run_ids == ["ab" * 16]
+    assert len(page.cells) >= 10
+    for src, value, shown_text in page.cells:
+        assert src, (value, shown_text)
+        assert json.dumps(evidence_value(out, src)) == value, (src, value)
+        assert is_rounding_of(shown_text, value), (src, shown_text, value)
+    assert ("novel/summary.json#accuracy", "0.42857142857142855", "0.4286") in page.cells
+    assert "environment.json#" not in text, "only an experiment's own files are sources"
+
+
+def test_the_page_is_deterministic_and_shows_no_audit_state(tmp_path):
+    """Same evidence -> same bytes: no clock, no path of O; an audit.json (any state) changes nothing on the page."""
+    report = load_report()
+    out = sourced_evidence(tmp_path)
+    first = report.build(out)
+    time.sleep(1.1)
+    assert report.build(out) == first
+    copy = tmp_path / "elsewhere" / "renamed"
+    shutil.copytree(out, copy)
+    assert report.build(copy) == first
+    (out / "audit.json").write_text(json.dumps({"checks": [{"experiment": "novel", "status": "FAIL-ZZZ"}],
+                                                "levels": ["arithmetic"], "exit_code": 1}))
+    assert report.build(out) == first and "FAIL-ZZZ" not in first
+    assert "run python audit.py O" in first
+    assert str(tmp_path) not in first
+
+
+def test_a_full_disk_leaves_no_temp_file_and_the_evidence_intact(tmp_path, monkeypatch):
+    """Fault injection (os.fsync raises ENOSPC): write() raises, no .report.html.*.tmp is left, an earlier
+    report.html and the evidence are untouched; report.py's CLI says so on one line (exit 2); run.py's
+    write_report turns it into one warning."""
+    import errno
+
+    import run as run_py
+
+    report = load_report()
+    out = sourced_evidence(tmp_path)
+    report.write(out)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(report.os, "fsync", full)
+    with pytest.raises(OSError):
+        report.write(out)
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before and not [p for p in out.iterdir() if p.name.startswith(".")]
+    assert report.main([str(out)]) == 2
+    monkeypatch.setitem(sys.modules, "report", report)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        run_py.write_report(out, ["novel"])
+    lines = err.getvalue().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: report.html not written")
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_full_tmpfs_leaves_no_temp_file(tmpfs):
+    """The same on a real full disk: a 64 KiB tmpfs holding the evidence, filled to the last byte (root only)."""
+    mnt = tmpfs("64k")
+    out = sourced_evidence(mnt / "o")
+    fill(mnt)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    proc = run_cli(REPORT, out, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "not written" in proc.stderr
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]

@@ -105,7 +105,7 @@ def test_scoring_config_is_run_identitys(tmp_path):
     from experiments.context import Result
 
     ctx = protocol_context(tmp_path)
-    env = {"git_commit": None, "git_dirty": None, "code_sha256": "c", "versions": {}}
+    env = {"git_commit": None, "git_dirty": None, "code_sha256": "c", "versions": {}, "run_id": "0" * 32}
     result = Result(config={}, records=[], summary={}, headline="", token_stats={}, prompt_template_sha256="p")
     ident = run_py.run_identity(env, ctx, protocol.CONFIG_SECTIONS, result)
     assert result_cache.scoring_config(ctx.config) == ident["scoring_config"] == ctx.config
@@ -267,7 +267,8 @@ def snapshot(tiny_cache, tmp_path):
 
 
 def run_protocol(repo, cache, out, *extra, env=None):
-    return run_cli(repo / "run.py", "--cache", cache, "--out", out, "--model", "tiny-random-llama",
+    # --replace: these tests rerun into one --out on purpose (one run per O; the old one is kept aside)
+    return run_cli(repo / "run.py", "--cache", cache, "--out", out, "--replace", "--model", "tiny-random-llama",
                    "--experiment", "protocol", *extra, env=env, cwd=repo)
 
 
@@ -374,3 +375,98 @@ def edit_config(repo, old, new):
     text = path.read_text()
     assert text.count(old) == 1, old
     path.write_text(text.replace(old, new))
+
+
+# ---- a damaged results.sqlite: detected before any scoring, set aside with one warning, rebuilt (issue 15) ------
+
+def good_cache_file(path):
+    cache = ResultCache(path, base_run())
+    with cache.batch():
+        for i in range(50):
+            cache.put({"idx": i, "pad": "x" * 200}, -1.0 - i / 7)
+    cache.close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+
+
+def damage_garbage(path):
+    path.write_bytes(b"\x00garbage that is not SQLite" * 200)
+
+
+def damage_truncated(path):
+    data = path.read_bytes()
+    assert len(data) > 8192
+    path.write_bytes(data[:len(data) // 2 + 17])
+
+
+def damage_wrong_schema(path):
+    path.unlink()
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE results (key TEXT PRIMARY KEY, value TEXT)")
+    db.commit()
+    db.close()
+
+
+def damage_flipped_page(path):
+    data = bytearray(path.read_bytes())
+    for k in range(4096 + 8, 4096 + 40):         # the second page's b-tree header: a malformed page
+        data[k] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+DAMAGES = {"garbage": damage_garbage, "truncated": damage_truncated, "wrong-schema": damage_wrong_schema,
+           "flipped-page": damage_flipped_page}
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGES))
+def test_a_damaged_cache_file_is_set_aside_and_rebuilt(tmp_path, kind):
+    path = tmp_path / "results.sqlite"
+    good_cache_file(path)
+    assert result_cache.damage(path) is None and result_cache.set_aside_if_corrupt(path) is None
+    DAMAGES[kind](path)
+    warning = result_cache.set_aside_if_corrupt(path)
+    assert warning is not None and "\n" not in warning and "set aside as results.sqlite.corrupt-" in warning
+    assert not path.exists()
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("results.sqlite.corrupt-")]
+    assert aside, "the damaged file is kept for inspection"
+    cache = ResultCache(path, base_run())             # rebuilt: a new, working cache
+    with cache.batch():
+        cache.put({"idx": 1}, -0.5)
+    assert cache.get({"idx": 1}) == -0.5
+    cache.close()
+    assert result_cache.damage(path) is None
+
+
+def test_run_py_sets_a_damaged_cache_aside_before_any_scoring(tmp_path, monkeypatch, capsys):
+    """run.py checks CACHE/results.sqlite at the start: one warning line, the file set aside before the first
+    experiment runs (which then finds no damaged file), exit 0."""
+    import run as run_py
+    from experiments.context import Inputs, Result
+    from experiments.runlog import LibraryChatter
+
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    damage_garbage(cache_dir / "results.sqlite")
+    seen = []
+
+    def run(ctx):
+        seen.append(sorted(p.name.split("-2")[0] for p in cache_dir.iterdir()))
+        return Result(config={}, records=[{"idx": 0}], summary={}, headline="done", token_stats={},
+                      prompt_template_sha256="p" * 64)
+    import types
+    module = types.ModuleType("fake_protocol")
+    module.NAME, module.CONFIG_SECTIONS, module.data_label, module.run = "protocol", ("shared", "protocol"), \
+        (lambda ctx: "d"), run
+    monkeypatch.setattr(run_py, "import_experiments", lambda names, chatter: ({"protocol": module}, 0.0))
+    monkeypatch.setattr(run_py, "write_report", lambda out, names: None)
+    monkeypatch.setattr(run_py, "verified_inputs", lambda args: Inputs(
+        cache=cache_dir, model_dir=tmp_path, model_identity={"id": "m", "model_sha256": "m" * 64,
+                                                             "tokenizer_sha256": "t" * 64},
+        data_id="fixture-sentiment", parquet_path=tmp_path / "p.parquet", data_content_sha256="d" * 64))
+    args = run_py.parse_args(["--cache", str(cache_dir), "--out", str(tmp_path / "o"), "--smoke", "--verbose",
+                              "--experiment", "protocol"])
+    assert run_py.run_all(args, LibraryChatter(verbose=True)) == 0
+    assert seen == [["results.sqlite.corrupt"]]
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("warning: ") and "not a readable SQLite database" in err[0]

@@ -29,7 +29,7 @@ from pathlib import Path
 from evidence_audit.checks import MISSING, expect, get, short
 from evidence_audit.definitions import is_int, is_sha
 from evidence_audit.forward import FORWARD_TOL, forget_scores, llama_logprobs, load_llama, use_threads
-from evidence_audit.reading import Unreadable, load_evidence, read_text, sha256_file, sha256_text
+from evidence_audit.reading import load_evidence, parse_strict, read_text, sha256_file, sha256_text
 from evidence_audit.rules.extraction_review import EXT_REVIEW_KEYS, ext_review, print_review, review_check
 from evidence_audit.shared import (RecordShape, config_block, deeper_levels, environment_check, hash_selection,
                                    hash_selection_problems, identity_problems, model_problems, rank_order_problems,
@@ -359,10 +359,7 @@ def audit_sample_check(C, name, out, ev, records):
     else:
         expect(bad, EXT_PREREG, "sha256", sha256_text(ev["prereg_text"]),
                get(cfg, "audit_sample.preregistration_sha256"), "config.json audit_sample.preregistration_sha256")
-        try:
-            prereg = json.loads(ev["prereg_text"])
-        except json.JSONDecodeError as e:
-            raise Unreadable(f"{out / EXT_PREREG}: line {e.lineno}: unparseable JSON ({e.msg})")
+        prereg = parse_strict(ev["prereg_text"], out / EXT_PREREG)
         expect(bad, "config.json", "audit_sample.preregistration", get(cfg, "audit_sample.preregistration"), prereg,
                f"must be the content of {EXT_PREREG}")
     if isinstance(prereg, dict):
