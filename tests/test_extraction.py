@@ -308,7 +308,7 @@ def test_audit_public_records_only(extraction_dev, tmp_path):
     out, _ = extraction_dev
     pub = tmp_path / "public"
     shutil.copytree(out, pub, ignore=shutil.ignore_patterns("private", "audit*.json"))
-    report = audit(pub, ("arithmetic",), None, ["extraction"])
+    report = audit(pub, ("arithmetic",), None, ["extraction"], public_only=True)  # published without O/private/
     assert report["exit_code"] == 0, first_failure(report)
     st = {c["check"].split(" (")[0]: c["status"] for c in report["checks"] if c["experiment"] == "extraction"}
     assert st["scores recomputed from the private generations"] == "SKIPPED"

@@ -10,6 +10,7 @@ import resources
 from conftest import REPO, run_cli, run_once
 from evidence_audit.checks import first_failure
 from evidence_audit.driver import audit
+from evidence_audit.manifest import reseal
 from evidence_audit.rules.mctaco import mct_em, mct_f1
 from experiments import mctaco
 
@@ -300,6 +301,7 @@ def test_audit_catches_tampered_mctaco_evidence(mctaco_run, tmp_path, what):
         rec_path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     else:
         summary_path.write_text(json.dumps(s))
+    reseal(d)  # a forger rewrites MANIFEST.json too: the arithmetic level must catch the edit by itself
     report = audit(d, ("arithmetic",), only=["mctaco"])
     assert report["exit_code"] == 1
     assert first_failure(report)["experiment"] == "mctaco"
