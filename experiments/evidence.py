@@ -246,7 +246,7 @@ def walk_files(root):
 def private_digest(exp_dir):
     """{"n_files", "sha256"}: sha256 of the sorted "relpath\\tsha256\\n" lines of one experiment's private files,
     relpath relative to O/private/<exp>/."""
-    lines = [f"{rel}\t{file_sha256_size(exp_dir / rel)[0]}\n" for rel in walk_files(exp_dir)]
+    lines = [f"{rel}\t{sha256_file(exp_dir / rel)}\n" for rel in walk_files(exp_dir)]
     return {"n_files": len(lines), "sha256": sha256_bytes("".join(lines).encode("utf-8"))}
 
 

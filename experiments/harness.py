@@ -90,7 +90,7 @@ def headline(board, split):
 
 
 def generate_and_score(ctx, tasks, limits):
-    """(adapter, per-task summaries, per-example results) on the model loaded through adapter.py."""
+    """(adapter, per-task summaries, per-example results, tokenizer) on the model loaded through adapter.py."""
     config = ctx.config
     with ctx.stages.stage("load_model"):
         tokenizer = model_adapter.load_tokenizer(ctx.inputs.model_dir)

@@ -80,12 +80,17 @@ def make_lm(model_dir, config):
     return make_hflm(hflm_args(model_dir, config))
 
 
-def lm_facts(lm, model_dir, config):
-    """What the official model actually ran with, for config.json and the dtype/attention/threads check."""
+def model_facts(model):
+    """What a loaded model actually runs with (config.json, and the input of two_paths.check_same_loading)."""
     import torch
 
-    return {"model_dtype": str(lm.model.dtype), "attn_implementation": lm.model.config._attn_implementation,
-            "torch_threads": torch.get_num_threads(), "hflm": hflm_args(model_dir, config)}
+    return {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
+            "torch_threads": torch.get_num_threads()}
+
+
+def lm_facts(lm, model_dir, config):
+    """What the official model actually ran with, for config.json and the dtype/attention/threads check."""
+    return {**model_facts(lm.model), "hflm": hflm_args(model_dir, config)}
 
 
 def evaluate(lm, cfg, task_name, indices, seed, limit=None):

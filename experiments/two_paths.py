@@ -6,7 +6,6 @@ protocol and mctaco use all of it; options uses the model loading, the loading c
 token counts (its official path is lm-eval's model API, so there are no logged samples to join); extraction the
 model loading and the loading check.
 """
-import torch
 
 from experiments import official, scoring
 from experiments.evidence import IdentityMismatch
@@ -32,10 +31,7 @@ def load_independent_model(ctx, stage="independent_model_load"):
     return model, tokenizer
 
 
-def model_facts(model):
-    """What a loaded model actually runs with (config.json, and the input of check_same_loading)."""
-    return {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
-            "torch_threads": torch.get_num_threads()}
+model_facts = official.model_facts  # the independent path's facts, built as the official path's are
 
 
 def check_same_loading(official_meta, independent_meta, keys=LOADING_KEYS,

@@ -152,7 +152,7 @@ def _read(proc, lim, t0):
     return buf, "done"
 
 
-def _bwrap_command(lim):
+def _bwrap_command():
     """bubblewrap around jail.py: new PID, mount, network, IPC, UTS and cgroup namespaces (and user, not root),
     /usr/lib(64) and the Python installation read-only, /dev, an empty /work; no /proc, /etc, /tmp or /home."""
     python, prefix = os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
@@ -184,7 +184,7 @@ def bwrap_works():
     needs user namespaces, which a machine may forbid)."""
     if not shutil.which("bwrap"):
         return False
-    argv = _bwrap_command(DEFAULT_LIMITS)
+    argv = _bwrap_command()
     try:
         return subprocess.run(argv[:argv.index("--") + 2] + ["-I", "-S", "-c", "pass"], env={}, timeout=60,
                               stdin=subprocess.DEVNULL, capture_output=True).returncode == 0
@@ -197,7 +197,7 @@ def _command(lim):
     if lim["mode"] == "bwrap" or (lim["mode"] == "auto" and bwrap_works()):
         if not shutil.which("bwrap"):
             raise SandboxUnavailable("sandbox mode bwrap asked for, but bwrap is not installed")
-        return _bwrap_command(lim), "bwrap"
+        return _bwrap_command(), "bwrap"
     return [sys.executable, "-I", "-S", "-B", str(JAIL)], lim["mode"]
 
 

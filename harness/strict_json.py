@@ -12,7 +12,6 @@ reader (evidence_audit/reading.py): the two never import each other.
 """
 import json
 import math
-from pathlib import Path
 
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 100
@@ -158,12 +157,3 @@ def parse_jsonl(raw, where="<input>", skip=lambda line: not line.strip()):
     text = decode_utf8(raw, where)
     return [(n, loads(line, where, n, "one JSON object per line"))
             for n, line in enumerate(text.split("\n"), start=1) if not skip(line)]
-
-
-def read_jsonl(path, skip=lambda line: not line.strip()):
-    """parse_jsonl of a file; an unreadable file is a StrictJSONError too."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise StrictJSONError(path, None, None, "a readable file", e.strerror or type(e).__name__) from None
-    return parse_jsonl(raw, path, skip)

@@ -60,8 +60,8 @@ def tokenizer_of(d, exp):
     model_dir, _ = resolve_cache(read_json(d / exp / "config.json"), None)
     if model_dir is None or not (model_dir / "tokenizer.json").exists():
         raise NotApplicable(f"no tokenizer.json at the model dir {exp}/config.json records")
-    from tokenizers import Tokenizer
-    return Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    from evidence_audit.tokens import load_tokenizer
+    return load_tokenizer(model_dir / "tokenizer.json")
 
 
 def resplit(d, exp, usable=lambda g: True):
