@@ -438,15 +438,18 @@ def deeper_levels(C, name, ev, levels, cache, identity, forward=None, no_forward
     return info
 
 
-def run_levels(C, name, out, levels, cache, arithmetic, identity, forward=None, no_forward=None):
+def run_levels(C, name, out, levels, cache, arithmetic, identity, forward=None, no_forward=None, headline=None):
     """A rule in one call: ev = load_evidence(out, name); records = arithmetic(C, name, ev); then deeper_levels
     with identity(C, name, out, ev, records, model_dir, parquet) -> verified, and forward(C, name, ev, records,
     verified, model_dir) -> figures (or `no_forward`, the reason the experiment has no forward level). Returns the
-    figures for audit.json."""
+    figures for audit.json, plus "figures": headline(summary) when summary.json is there and `headline` is given."""
     ev = load_evidence(out, name)
     records = arithmetic(C, name, ev)
-    return deeper_levels(C, name, ev, levels, cache,
+    info = deeper_levels(C, name, ev, levels, cache,
                          identity=lambda model_dir, parquet: identity(C, name, out, ev, records, model_dir, parquet),
                          forward=None if forward is None else
                          lambda verified, model_dir: forward(C, name, ev, records, verified, model_dir),
                          no_forward=no_forward)
+    if headline is not None and ev["summary"] is not None:
+        info["figures"] = headline(ev["summary"])
+    return info

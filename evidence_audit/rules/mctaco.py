@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from evidence_audit.checks import MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first, is_int, is_sha
 from evidence_audit.forward import two_path_forward
-from evidence_audit.reading import Unreadable, read_json, sha256_text
+from evidence_audit.reading import Unreadable, sha256_text
 from evidence_audit.shared import (abs_diff_problems, both_paths_pred_problems, candidate_problems,
                                    candidate_token_counts, config_block, environment_check, identity_problems,
                                    model_problems, rank_order_problems, record_shape_check, required_files,
@@ -143,13 +143,9 @@ def record_where(i, r):
 def audit_mctaco(C, name, out, levels, cache):
     # the forward level reads exactly the fields these records share with the protocol's (idx, candidates,
     # official/independent scores and pred, official.is_greedy)
-    info = run_levels(C, name, out, levels, cache, audit_mctaco_arithmetic, audit_mctaco_identity, two_path_forward)
-    summary = out / name / "summary.json"
-    if summary.exists():        # the headline, for audit.json
-        s = read_json(summary)
-        info["figures"] = {"acc": get(s, "independent.acc"), "f1": get(s, "independent.f1"),
-                           "em": get(s, "independent.em.em"), "incomplete_set": s.get("incomplete_set")}
-    return info
+    return run_levels(C, name, out, levels, cache, audit_mctaco_arithmetic, audit_mctaco_identity, two_path_forward,
+                      headline=lambda s: {"acc": get(s, "independent.acc"), "f1": get(s, "independent.f1"),
+                                          "em": get(s, "independent.em.em"), "incomplete_set": s.get("incomplete_set")})
 
 
 # ---- level 1, arithmetic -------------------------------------------------------------------------------------------
