@@ -100,7 +100,7 @@ LEVELS_SAY = ("levels: manifest = files added, removed or changed since the run 
 CHECK_WIDTH = 72      # the check column of the console table; audit.json holds every name in full
 
 
-def print_report(report, stream=sys.stdout):
+def print_report(report, stream=sys.stdout, levels_say=LEVELS_SAY):
     """One line per check group: experiment, level, check (cut with an ellipsis to CHECK_WIDTH), items, status,
     then the first failure (FAIL) or the note (SKIPPED, a forward-level figure, an upper-case warning)."""
     p = lambda s="": print(s, file=stream)  # noqa: E731
@@ -115,7 +115,7 @@ def print_report(report, stream=sys.stdout):
         elif r["note"] and (r["status"] == "SKIPPED" or "max |" in r["note"] or r["note"].isupper()):
             line += f"  {r['note']}"
         p(line)
-    p(LEVELS_SAY)
+    p(levels_say)
     verdict = report.get("result") or ("PASS" if report["exit_code"] == 0 else "FAIL")
     p(f"RESULT: {verdict}: {report['n_pass']} passed, {report['n_fail']} failed, {report['n_skipped']} skipped "
       f"({report['n_skipped_requested']} of them requested but impossible here) -> exit {report['exit_code']}")

@@ -8,6 +8,7 @@ import evidence_audit
 from evidence_audit import forward
 from evidence_audit.checks import print_report, write_report
 from evidence_audit.driver import audit
+from evidence_audit.lmeval.command import lmeval_args, lmeval_main
 from evidence_audit.mutations import mutation_selftest
 from evidence_audit.reading import Unreadable
 from evidence_audit.rules import extraction
@@ -17,7 +18,7 @@ def parse_args(argv):
     doc = evidence_audit.__doc__
     ap = argparse.ArgumentParser(prog="audit.py", description=doc.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc.split("\n\n", 1)[1])
-    ap.add_argument("out", type=Path, help="evidence directory written by run.py --out")
+    ap.add_argument("out", type=Path, nargs="?", help="evidence directory written by run.py --out")
     ap.add_argument("--tokens", action="store_true", help="identity level: private texts, tokenizer, data parquet")
     ap.add_argument("--forward", action="store_true", help="forward level (implies --tokens): recompute every score")
     ap.add_argument("--cache", type=Path, help="prepared cache (default: two levels above config.json's model.dir)")
@@ -35,11 +36,17 @@ def parse_args(argv):
     ap.add_argument("--review", type=Path, metavar="SHEET",
                     help="extraction: import a review sheet exported by O/private/extraction/review.html; a blank or "
                          "partly blank sheet is refused with the list of missing fields")
-    return ap.parse_args(argv)
+    lmeval_args(ap)
+    args = ap.parse_args(argv)
+    if (args.out is None) == (args.lm_eval is None):
+        ap.error("give either OUT (run.py evidence) or --lm-eval RUN_DIR (an lm-eval output path), not both")
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.lm_eval is not None:
+        return lmeval_main(args)
     if args.public_only and (args.tokens or args.forward or args.mutations):
         print("error: --public-only audits without O/private/: it cannot run --tokens, --forward or --mutations",
               file=sys.stderr)

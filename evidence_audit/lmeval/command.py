@@ -1,0 +1,64 @@
+"""The `--lm-eval RUN_DIR` flags of audit.py and their main: parse, audit, print, write the JSON report.
+
+The JSON report goes to --report PATH, by default RUN_DIR/audit.json (as audit.py O writes O/audit.json); the path
+is printed. lm-eval never reads that name (it globs results_*.json and samples_*.jsonl), and this audit ignores it
+too. Pass --report elsewhere for a run directory that must stay untouched (or is read-only)."""
+import sys
+from pathlib import Path
+
+from evidence_audit import forward
+from evidence_audit.checks import print_report, write_report
+from evidence_audit.lmeval.driver import audit_lmeval
+from evidence_audit.reading import Unreadable
+
+LEVELS_SAY = ("levels: arithmetic = per-sample metrics, aggregates, hashes and doc_ids from the run alone; identity "
+              "(--tokens) = each sample's doc against --data, prompts re-rendered, token boundaries (--model); forward "
+              "(--forward) = every loglikelihood re-scored with audit.py's own forward pass (--model)")
+
+
+def lmeval_args(ap):
+    g = ap.add_argument_group("lm-eval runs (python audit.py --lm-eval RUN_DIR ...)")
+    g.add_argument("--lm-eval", type=Path, metavar="RUN_DIR",
+                   help="audit what `lm_eval ... --log_samples --output_path RUN_DIR` wrote (lm-eval 0.4.9.2)")
+    g.add_argument("--data", action="append", default=[], metavar="[TASK=]FILE",
+                   help="identity level: local copy of the evaluated split (.parquet, .jsonl, .tsv); TASK=FILE for one "
+                        "task of several (repeatable)")
+    g.add_argument("--model", type=Path, metavar="DIR",
+                   help="model directory (tokenizer.json, config.json, model.safetensors) for token boundaries and "
+                        "the forward level")
+    g.add_argument("--sample", type=int, metavar="N",
+                   help="forward level: re-score at most N requests per task, documents chosen by sha256(salt:task:"
+                        "doc_id) before any score is read (the report says it is a sample)")
+    g.add_argument("--task", action="append", metavar="NAME", help="audit only this task (repeatable)")
+
+
+def lmeval_main(args):
+    """audit.py --lm-eval: exit 0 every claim recomputes, 1 a check failed (or --strict and a requested check was
+    skipped), 2 unreadable or unknown format (one line, no report written)."""
+    if args.mutations or args.review or args.public_only or args.experiment or args.cache:
+        print("error: --lm-eval takes --data, --model, --sample, --task, --tokens, --forward, --report, --threads, "
+              "--strict; not --mutations, --review, --public-only, --experiment or --cache", file=sys.stderr)
+        return 2
+    if args.sample is not None and args.sample < 1:
+        print(f"error: --sample {args.sample}: expected a positive number of requests", file=sys.stderr)
+        return 2
+    forward.set_threads(args.threads)
+    levels = ("arithmetic",) + (("identity",) if args.tokens or args.forward else ()) \
+        + (("forward",) if args.forward else ())
+    try:
+        report = audit_lmeval(args.lm_eval, levels, args.data, args.model, args.sample, args.task)
+    except Unreadable as e:
+        print(f"error: unreadable lm-eval output: {e}", file=sys.stderr)
+        return 2
+    if args.strict and report["n_skipped_requested"] and report["exit_code"] == 0:
+        report["exit_code"], report["result"] = 1, "FAIL"
+    print_report(report, levels_say=LEVELS_SAY)
+    path = args.report or args.lm_eval / "audit.json"
+    try:
+        write_report(path, report)
+    except OSError as e:
+        print(f"warning: could not write the JSON report {path} ({e.strerror}); pass --report PATH elsewhere",
+              file=sys.stderr)
+        return report["exit_code"]
+    print(f"report: {path}")
+    return report["exit_code"]

@@ -1,0 +1,111 @@
+"""Arithmetic-level checks of which documents were logged: doc_ids, counts, hashes, question groups.
+
+lm-eval 0.4.9.2 iterates a task's documents in dataset order and, with `--samples`, labels the k-th document
+iterated with the k-th doc_id of the list as given (evaluator.py: doc_id_true = indices[doc_id], while
+task.doc_iterator keeps dataset order). A samples file whose doc_ids are not increasing within a filter therefore
+holds mislabelled samples: the line at position k holds the document of the k-th smallest logged doc_id. This
+follows from the run alone; the identity level (--data) confirms each by content.
+"""
+import json
+
+from evidence_audit.checks import expect
+from evidence_audit.lmeval.task import group_of
+from evidence_audit.reading import sha256_text
+
+A = "arithmetic"
+
+
+def doc_id_rows(C, t):
+    """Rows: doc_ids (duplicates, out of range, one line per document and filter), doc_id order (mislabelling),
+    sample count vs n-samples and the recorded limit."""
+    bad, order_bad, n_orig = [], [], t.n_samples["original"]
+    filters = t.by_filter()
+    ids_by_filter = {f: [s.doc_id for s in ss] for f, ss in filters.items()}
+    for f, ss in filters.items():
+        seen = set()
+        for s in ss:
+            if s.doc_id in seen:
+                bad.append(f"{s.where} doc_id: duplicated")
+            seen.add(s.doc_id)
+            if not 0 <= s.doc_id < n_orig:
+                bad.append(f"{s.where} doc_id: out of range (n-samples.original {n_orig})")
+        ids = ids_by_filter[f]
+        order_bad += [f"{s.where} doc: holds the document of doc_id {true} (lm-eval iterates documents in dataset "
+                      "order; with unsorted --samples it mislabels them)" for s, true in zip(ss, sorted(ids))
+                      if s.doc_id != true]
+    first = next(iter(ids_by_filter.values()), [])
+    for f, ids in ids_by_filter.items():
+        if sorted(ids) != sorted(first):
+            bad.append(f"filter {f}: logs doc_ids {short_set(set(ids) ^ set(first))} that another filter does not")
+    C.add(t.label, A, "doc_ids: no duplicate, in range, same documents under every filter", len(t.samples), bad)
+    C.add(t.label, A, "doc_ids in lm-eval's logging order (unsorted --samples mislabels samples)",
+          len(t.samples), order_bad)
+    count_row(C, t, first)
+
+
+def short_set(ids):
+    ids = sorted(ids)
+    return str(ids[:10])[:-1] + (", …]" if len(ids) > 10 else "]")
+
+
+def count_row(C, t, ids):
+    """Samples per filter against n-samples.effective (= min(limit, original)) and the recorded limit; without a
+    limit, against 0..effective-1 (a --samples run logs fewer: lm-eval 0.4.9.2 does not record the selection and
+    still reports the whole split as effective)."""
+    bad, ns, limit = [], t.n_samples, t.limit
+    expected_eff = min(int(limit), ns["original"]) if isinstance(limit, (int, float)) and limit else ns["original"]
+    if isinstance(limit, float) and 0 < limit < 1:
+        expected_eff = None                       # a fractional limit: lm-eval takes ceil(limit * n) — not checked
+    if expected_eff is not None:
+        expect(bad, "n-samples", "effective", ns["effective"], expected_eff, f"min(limit {limit}, original)")
+    for f, ss in t.by_filter().items():
+        if len(ss) != ns["effective"]:
+            bad.append(f"filter {f}: {len(ss)} samples logged, n-samples.effective {ns['effective']} "
+                       f"({'a sample deleted, or a --samples run, which 0.4.9.2 does not record' if len(ss) < ns['effective'] else 'extra samples'})")
+    if limit and not bad:
+        missing = sorted(set(range(ns["effective"])) - set(ids))
+        if missing:
+            bad.append(f"doc_ids {short_set(missing)}: missing (a limit logs the first {ns['effective']} documents)")
+    C.add(t.label, A, "sample count vs n-samples and limit", len(ids), bad)
+
+
+def doc_hash(doc):
+    """evaluator.py: hash_string(json.dumps(doc, indent=2, default=handle_non_serializable, ensure_ascii=False)),
+    hash_string being the sha256 hex digest of the UTF-8 bytes."""
+    return sha256_text(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+def hash_rows(C, t, results):
+    """Rows: each sample's doc_hash, prompt_hash (the first request's context) and target_hash (its target
+    string) recomputed; the results file's task_hashes entry (sha256 of every sample's three hashes concatenated,
+    in file order) recomputed."""
+    bad = []
+    for s in t.samples:
+        r = s.raw
+        expect(bad, s.where, "doc_hash", r["doc_hash"], doc_hash(r["doc"]), "sha256 of json.dumps(doc, indent=2)")
+        expect(bad, s.where, "prompt_hash", r["prompt_hash"], sha256_text(s.requests[0][0]), "sha256 of the context")
+        expect(bad, s.where, "target_hash", r["target_hash"], sha256_text(r["target"]), "sha256 of the target")
+    C.add(t.label, A, "doc_hash, prompt_hash, target_hash recomputed", len(t.samples), bad)
+    bad = []
+    whole = sha256_text("".join(s.raw["doc_hash"] + s.raw["prompt_hash"] + s.raw["target_hash"] for s in t.samples))
+    expect(bad, results.name, f"task_hashes.{t.name}", results.data["task_hashes"].get(t.name), whole,
+           "sha256 of every sample's doc/prompt/target hashes in file order: a sample deleted, added or moved")
+    C.add(t.label, A, "task_hashes (results) recomputed from the samples", len(t.samples), bad)
+
+
+def group_row(C, t):
+    """Row "limit vs question groups (run alone)": for documents that are parts of (sentence, question) groups, a
+    limit below the split's size may cut the last group; the run alone cannot see the document after the cut, so
+    the row is SKIPPED naming the group, and the identity level (--data) decides."""
+    check = "limit vs question groups (run alone)"
+    if not t.grouped():
+        C.skip(t.label, A, check, "documents are not parts of (sentence, question) groups", requested=False)
+        return
+    ns = t.n_samples
+    if not t.limit or ns["effective"] >= ns["original"]:
+        C.add(t.label, A, check, len(t.samples), [], note="no limit below the split's size: no group cut")
+        return
+    last = max(t.samples, key=lambda s: s.doc_id)
+    C.skip(t.label, A, check, f"limit {t.limit} < {ns['original']} documents: the last logged group "
+                              f"({group_of(last.raw['doc'])[1]}) may continue after the cut; --tokens --data FILE "
+                              "decides")

@@ -1,0 +1,96 @@
+"""Audit one lm-eval output directory: discover its runs, read them strictly, run the levels per task, and build
+the report dict in the form evidence_audit.driver builds it (same checks, counts, headline, exit code)."""
+from pathlib import Path
+
+from evidence_audit.checks import Checks
+from evidence_audit.driver import AUDIT_FORMAT, headline
+from evidence_audit.lmeval import aggregate, docs, identity, persample, rescore
+from evidence_audit.lmeval.files import discover, orphan_samples
+from evidence_audit.lmeval.fmt import read_results, read_samples
+from evidence_audit.lmeval.task import TaskRun
+from evidence_audit.reading import Unreadable
+
+A = "arithmetic"
+
+
+class Results:
+    """A parsed results file and the name messages use for it."""
+
+    def __init__(self, path):
+        self.path, self.name, self.data = path, path.name, read_results(path)
+
+
+def data_for(data_args, task):
+    """--data FILE (every task) or --data TASK=FILE (that task) -> the file for `task`, or None."""
+    plain = [d for d in data_args if "=" not in d]
+    named = dict(d.split("=", 1) for d in data_args if "=" in d)
+    return Path(named[task]) if task in named else (Path(plain[-1]) if plain else None)
+
+
+def tasks_of(run, res, several, C, only):
+    """The TaskRuns of one run (results configs x samples files); rows for a task without samples, samples
+    without a task, and a results entry with no config (a group: SKIPPED by name)."""
+    out, top = [], res.data
+    label = lambda name: f"{name}@{run.date_id[:19]}" if several else name      # noqa: E731
+    for name in top["configs"]:
+        if only and name not in only:
+            C.skip(label(name), "-", "(whole task)", "not selected (--task)", requested=False)
+            continue
+        if name not in run.samples:
+            C.add(label(name), A, "samples file", 0, [f"{res.name}: task {name} has no samples_{name}_{run.date_id}"
+                                                      ".jsonl beside it (run lm_eval with --log_samples)"])
+            continue
+        if not isinstance(top["results"].get(name), dict) or not isinstance(top["n-samples"].get(name), dict):
+            raise Unreadable(f"{res.path}: field 'results.{name}' or 'n-samples.{name}': missing for a configured task")
+        chat = bool(top.get("chat_template") or top.get("system_instruction"))
+        out.append(TaskRun(name, label(name), top["configs"][name], top["results"][name], top["n-samples"][name],
+                           top["config"], read_samples(run.samples[name]), run.samples[name], chat))
+    for name in sorted(set(run.samples) - set(top["configs"])):
+        C.add(label(name), A, "samples file", 0, [f"{run.samples[name].name}: no config for task {name} in {res.name}"])
+    for name in sorted(set(top["results"]) - set(top["configs"])):
+        C.skip(label(name), A, "group aggregate", f"{name} has no task config (a group): its aggregate is NOT "
+                                                  "recomputed")
+    return out
+
+
+def audit_task(C, t, res, levels, opts):
+    """Every level's rows for one task; returns its forward figures (or None)."""
+    docs.doc_id_rows(C, t)
+    docs.hash_rows(C, t, res)
+    docs.group_row(C, t)
+    persample.persample_rows(C, t)
+    aggregate.aggregate_rows(C, t, res.name)
+    ids = None
+    if "identity" in levels:
+        identity.identity_rows(C, t, data_for(opts["data"], t.name), res.path.parent)
+        ids = rescore.boundary_rows(C, t, opts["model"], res.data)
+    if "forward" in levels:
+        return rescore.forward_rows(C, t, opts["model"], res.data, ids, opts["sample"])
+    return None
+
+
+def audit_lmeval(run_dir, levels=("arithmetic",), data=(), model=None, sample=None, only=None):
+    """The report dict of `audit.py --lm-eval RUN_DIR`. Raises Unreadable (exit 2) for an unreadable or unknown
+    format."""
+    C, details, tasks = Checks(), {}, []
+    runs = discover(run_dir)
+    for run in runs:
+        res = Results(run.results)
+        for t in tasks_of(run, res, len(runs) > 1, C, only):
+            tasks.append(t.label)
+            figures = audit_task(C, t, res, levels, {"data": data, "model": model, "sample": sample})
+            if figures:
+                details[t.label] = {"forward": figures}
+    for p in orphan_samples(run_dir, runs):
+        C.add("-", A, "samples file", 0, [f"{p}: a samples file with no results file of its date"])
+    for name in only or []:
+        if name not in tasks:
+            C.add(name, A, "task", 0, [f"--task {name}: no such task in {run_dir}"])
+    status = [r["status"] for r in C.rows]
+    report = {"audit_format": AUDIT_FORMAT, "evidence": str(run_dir), "kind": "lm-eval output", "levels": list(levels),
+              "cache": None, "experiments": tasks, "checks": C.rows, "n_pass": status.count("PASS"),
+              "n_fail": status.count("FAIL"), "n_skipped": status.count("SKIPPED"),
+              "n_skipped_requested": sum(1 for r in C.rows if r["status"] == "SKIPPED" and r.get("requested", True)),
+              "details": details, "run_id": None, "public_only": False, "private_absent": [],
+              "results_files": [str(r.results) for r in runs], "exit_code": 1 if "FAIL" in status else 0}
+    return headline(report)

@@ -1,0 +1,73 @@
+"""Discovery: the runs under an lm-eval `--output_path` directory.
+
+lm-eval 0.4.9.2's EvaluationTracker writes, per run, `<OUT>/<model_name_sanitized>/results_<date_id>.json` and one
+`samples_<task>_<date_id>.jsonl` per task beside it (date_id: datetime.isoformat() with ':' replaced by '-'); with an
+empty model name (a model object passed without model_args) the files are in <OUT> itself. Several runs may share
+one output path: each results file is one run, paired with the samples files of the same date_id in its directory.
+"""
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evidence_audit.reading import Unreadable
+
+DATE_ID = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
+RESULTS_RE = re.compile(rf"results_({DATE_ID})\.json")
+SAMPLES_RE = re.compile(rf"samples_(.+)_({DATE_ID})\.jsonl")
+MAX_RUN_FILES = 10000           # files looked at under RUN_DIR (an output path is a few files per run)
+
+
+@dataclass
+class Run:
+    """One lm-eval run: its results file, its date_id and its samples files by task name."""
+    results: Path
+    date_id: str
+    samples: dict = field(default_factory=dict)
+
+
+def candidate_dirs(run_dir):
+    """RUN_DIR and its direct subdirectories (the model-named one), never following a symlink."""
+    run_dir = Path(run_dir)
+    if run_dir.is_symlink():
+        raise Unreadable(f"{run_dir}: a symlink; audit the output directory itself, not a link to it")
+    if not run_dir.is_dir():
+        raise Unreadable(f"{run_dir}: no such directory; expected what `lm_eval ... --log_samples --output_path "
+                         f"{run_dir}` wrote")
+    subdirs = sorted(p for p in run_dir.iterdir() if p.is_dir() and not p.is_symlink())
+    return [run_dir] + subdirs
+
+
+def discover(run_dir):
+    """Every run under RUN_DIR (see the module docstring), in path order. Raises Unreadable when there is none, or
+    when a results/samples file is a symlink (never evidence)."""
+    runs, seen = [], 0
+    for d in candidate_dirs(run_dir):
+        names = sorted(p.name for p in d.iterdir())
+        seen += len(names)
+        if seen > MAX_RUN_FILES:
+            raise Unreadable(f"{run_dir}: over {MAX_RUN_FILES} files; pass the directory of one lm-eval output path")
+        for name in names:
+            if (RESULTS_RE.fullmatch(name) or SAMPLES_RE.fullmatch(name)) and (d / name).is_symlink():
+                raise Unreadable(f"{d / name}: a symlink (an lm-eval output file is a regular file)")
+        for name in names:
+            m = RESULTS_RE.fullmatch(name)
+            if m:
+                runs.append(Run(d / name, m.group(1)))
+        for run in [r for r in runs if r.results.parent == d]:
+            for name in names:
+                m = SAMPLES_RE.fullmatch(name)
+                if m and m.group(2) == run.date_id:
+                    run.samples[m.group(1)] = d / name
+    if not runs:
+        raise Unreadable(f"{run_dir}: no results_<date>.json in it or in a subdirectory; expected the output of "
+                         "`lm_eval ... --log_samples --output_path DIR` (lm-eval 0.4.9.2)")
+    return runs
+
+
+def orphan_samples(run_dir, runs):
+    """samples_*.jsonl files under RUN_DIR that belong to no results file (their date_id has none)."""
+    claimed = {p for r in runs for p in r.samples.values()}
+    out = []
+    for d in candidate_dirs(run_dir):
+        out += [d / n for n in sorted(p.name for p in d.iterdir()) if SAMPLES_RE.fullmatch(n) and d / n not in claimed]
+    return out

@@ -1,0 +1,89 @@
+"""Real lm-eval 0.4.9.2 runs for the tests of `audit.py --lm-eval`: lm-eval's own simple_evaluate(log_samples=True)
+and its own EvaluationTracker write RUN_DIR exactly as `lm_eval ... --log_samples --output_path RUN_DIR` does
+(lm_eval/__main__.py: save_results_aggregated, then save_results_samples per task). The CLI itself cannot load a
+task given as a config dict, which is how the fixture parquets are served (experiments/official.py's custom_dataset
+hook), so the tests call the same two functions the CLI calls.
+
+Tasks: sst2 (the installed GLUE YAML, metrics acc, acc_norm, mcc, f1), mc_taco (the installed YAML: acc, f1;
+documents are parts of (sentence, question) groups) and sst2_gen, a generate_until task written here (regex +
+take_first and lowercase + remove_whitespace + take_first filters, exact_match with ignore_case and
+ignore_punctuation)."""
+import os
+from pathlib import Path
+
+from experiments import official
+
+BOOTSTRAP_ITERS = 100          # lm-eval's default is 100000: the bootstrap stderr (f1, mcc) is not audited anyway
+
+
+def make_lm(model_dir):
+    """HFLM on the prepared model, float32 eager attention, one sequence per forward pass (config.py's parity)."""
+    from lm_eval.models.huggingface import HFLM
+
+    return HFLM(pretrained=str(model_dir), device="cpu", dtype="float32", batch_size=1, max_length=512,
+                attn_implementation="eager")
+
+
+def sst2_task(parquet):
+    cfg = official.task_config("tasks/glue/sst2/default.yaml", parquet)
+    cfg["metric_list"] = [{"metric": m} for m in ("acc", "acc_norm", "mcc", "f1")]
+    return cfg
+
+
+def mctaco_task(parquet):
+    return official.task_config("tasks/mc_taco/default.yaml", parquet, evaluate_validation=True)
+
+
+def generate_task(parquet):
+    """A generate_until task on the SST-2-shaped data, written here: the answer word, extracted two ways.
+    Passed as a task object: 0.4.9.2's TaskManager drops the `task` name of a config dict whose name is not
+    registered (it pops it and never sets it back), so such a dict cannot be evaluated."""
+    cfg = official.task_config("tasks/glue/sst2/default.yaml", parquet)
+    cfg.pop("tag")
+    cfg.update({
+        "task": "sst2_gen", "output_type": "generate_until", "doc_to_choice": None,
+        "doc_to_text": "Review: {{sentence}}\nIs this review positive or negative? Answer in one word.\nAnswer:",
+        "doc_to_target": "{{ ['negative', 'positive'][label] }}",
+        "generation_kwargs": {"until": ["\n"], "max_gen_toks": 6, "do_sample": False},
+        "filter_list": [
+            {"name": "word", "filter": [{"function": "regex", "regex_pattern": r"(?i)\b(positive|negative)\b"},
+                                        {"function": "take_first"}]},
+            {"name": "plain", "filter": [{"function": "lowercase"}, {"function": "remove_whitespace"},
+                                         {"function": "take_first"}]}],
+        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True,
+                         "ignore_case": True, "ignore_punctuation": True}],
+    })
+    from lm_eval.api.task import ConfigurableTask
+
+    return ConfigurableTask(config=cfg)
+
+
+def task_manager():
+    """lm-eval's TaskManager with "sst2_gen" entered in its index as the installed sst2 YAML's entry, for one log
+    line: 0.4.9.2's get_task_dict logs every top-level task with its YAML path from the index and raises KeyError
+    for a name it lacks (the CLI's --include_path crashes on the same line: its path is outside the package). The
+    task object passed is used as it is; the index entry is read for nothing else."""
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager()
+    tm.task_index["sst2_gen"] = dict(tm.task_index["sst2"])
+    return tm
+
+
+def lm_eval_run(lm, model_dir, out, tasks, limit=None, samples=None):
+    """simple_evaluate + EvaluationTracker into `out`, as lm_eval/__main__.py does with --log_samples
+    --output_path out (model_args name the model dir, so the files go to out/<sanitized model name>/)."""
+    from lm_eval import evaluator
+    from lm_eval.loggers import EvaluationTracker
+
+    os.environ.setdefault("DISABLE_MULTIPROC", "1")      # bootstrap stderr without a process pool
+    tracker = EvaluationTracker(output_path=str(out))
+    results = evaluator.simple_evaluate(
+        model=lm, model_args=f"pretrained={model_dir}", tasks=tasks, limit=limit, samples=samples,
+        log_samples=True, evaluation_tracker=tracker, bootstrap_iters=BOOTSTRAP_ITERS, cache_requests=False,
+        task_manager=task_manager())
+    logged = results.pop("samples")
+    tracker.save_results_aggregated(results=results, samples=logged)
+    for task_name in results["configs"]:
+        tracker.save_results_samples(task_name=task_name, samples=logged[task_name])
+    return Path(out)
