@@ -1,0 +1,406 @@
+"""audit.py --lm-eval RUN_DIR: fast unit tests of the recomputations and refusals (hand-written files), and slow
+tests on REAL lm-eval 0.4.9.2 output made here (tests/lmeval_runs.py) on the prepared model and the fixtures:
+clean runs pass every level, an unsorted --samples run and tampered copies are caught, naming sample and field."""
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from evidence_audit.cli import main
+from evidence_audit.lmeval import metrics
+from evidence_audit.lmeval.docs import doc_hash
+from evidence_audit.lmeval.rescore import SAMPLE_SALT, chosen
+from evidence_audit.reading import sha256_text
+
+DATE = "2026-01-02T03-04-05.678901"
+
+
+# ---- fast: the definitions against lm-eval's and scikit-learn's own code ----------------------------------------
+
+def test_f1_and_mcc_equal_scikit_learn_on_random_labels():
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    rnd = random.Random(7)
+    for n in (1, 2, 5, 40):
+        for _ in range(30):
+            pairs = [(rnd.randint(0, 1), rnd.randint(0, 1)) for _ in range(n)]
+            g, p = zip(*pairs)
+            assert metrics.f1_binary(pairs) == pytest.approx(float(f1_score(g, p, zero_division=0.0)), abs=1e-12)
+            assert metrics.mcc(pairs) == pytest.approx(float(matthews_corrcoef(g, p)), abs=1e-12)
+    three = [(rnd.randint(0, 2), rnd.randint(0, 2)) for _ in range(50)]
+    assert metrics.mcc(three) == pytest.approx(float(matthews_corrcoef(*zip(*three))), abs=1e-12)
+    assert metrics.f1_binary(three) is None or all(g < 2 and p < 2 for g, p in three)
+
+
+def test_mean_stderr_is_the_sample_stddev_over_sqrt_n():
+    xs = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+    assert metrics.mean_stderr(xs) == pytest.approx(statistics.stdev(xs) / math.sqrt(len(xs)), abs=1e-15)
+
+
+def test_multiple_choice_first_index_wins_and_acc_norm_divides_by_characters():
+    out = metrics.multiple_choice([-2.0, -2.0], [False, True], ["no", "yes"], 1)
+    assert out["acc"] == 0.0 and out["exact_match"] == 1 and out["f1"] == [1, 0]
+    # -3/3 = -1 beats -2.2/2 = -1.1: raw argmax says choice 1, acc_norm choice 0
+    out = metrics.multiple_choice([-3.0, -2.2], [False, False], ["abc", "de"], 0)
+    assert (out["acc"], out["acc_norm"]) == (0.0, 1.0)
+
+
+def test_filters_and_exact_match_equal_lm_evals_own():
+    from lm_eval.api.metrics import exact_match_hf_evaluate
+    from lm_eval.filters.extraction import RegexFilter, WhitespaceFilter
+    from lm_eval.filters.transformation import LowercaseFilter
+
+    texts = [[" The answer is Positive.", "negative!"], ["nothing here"], ["(a) yes (b) no"], [" \tMixed Case \n"]]
+    for kw in ({"regex_pattern": r"(?i)(positive|negative)"}, {"regex_pattern": r"\((a)\)|(no)", "group_select": 0},
+               {"regex_pattern": r"(\w+)", "group_select": -1, "fallback": "X"}):
+        assert [metrics.regex_filter(t, **kw) for t in texts] == RegexFilter(**kw).apply(texts, None)
+    assert [metrics.FILTERS["lowercase"](t) for t in texts] == LowercaseFilter().apply(texts, None)
+    assert [metrics.FILTERS["remove_whitespace"](t) for t in texts] == WhitespaceFilter().apply(texts, None)
+    cases = [("Positive.", "positive"), ("pos itive", "positive"), ("a1b", "ab"), ("x-y", "xy"), ("A", "a")]
+    for opts in ({}, {"ignore_case": True}, {"ignore_punctuation": True}, {"ignore_numbers": True},
+                 {"regexes_to_ignore": [r"\s"], "ignore_case": True}):
+        for pred, ref in cases:
+            want = float(exact_match_hf_evaluate([pred], [ref], **opts)["exact_match"])
+            assert metrics.exact_match(pred, ref, **opts) == want, (pred, ref, opts)
+
+
+def test_doc_hash_equals_lm_evals_hash_string():
+    from lm_eval.utils import hash_string
+
+    doc = {"sentence": "Ça va — très «bien»", "label": 1, "idx": 3, "nested": {"a": [1.5, None]}}
+    assert doc_hash(doc) == hash_string(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+def test_forward_sample_is_chosen_by_the_hash_rule_alone():
+    class S:
+        def __init__(self, d):
+            self.doc_id, self.requests = d, [("c", " a"), ("c", " b")]
+
+    class T:
+        name, samples = "t", [S(d) for d in range(20)]
+
+    ranked = sorted(range(20), key=lambda d: sha256_text(f"{SAMPLE_SALT}:t:{d}"))
+    assert chosen(T, 6) == set(ranked[:3])
+    assert chosen(T, 1) == set(ranked[:1])        # at least one document
+    assert chosen(T, None) == set(range(20))
+
+
+# ---- fast: hand-written runs in lm-eval 0.4.9.2's format, for refusals and doc_id rules ---------------------------
+
+def sample(doc_id, doc, lls, target, filt="none"):
+    """One multiple_choice sample line as lm-eval 0.4.9.2 writes it (choices no/yes, acc only)."""
+    ctx = f"Q{doc['q']}"
+    pred = max(range(len(lls)), key=lambda j: (lls[j], -j))
+    return {"doc_id": doc_id, "doc": doc, "target": str(target),
+            "arguments": {f"gen_args_{j}": {"arg_0": ctx, "arg_1": f" {c}"} for j, c in enumerate(["no", "yes"])},
+            "resps": [[[repr(ll), "False"]] for ll in lls], "filtered_resps": [[repr(ll), "False"] for ll in lls],
+            "filter": filt, "metrics": ["acc"], "doc_hash": doc_hash(doc), "prompt_hash": sha256_text(ctx),
+            "target_hash": sha256_text(str(target)), "acc": 1.0 if pred == target else 0.0}
+
+
+def write_run(root, samples, version="0.4.9.2", n_orig=3, limit=None, sub="org__model"):
+    d = root / sub if sub else root
+    d.mkdir(parents=True, exist_ok=True)
+    accs = [s["acc"] for s in samples]
+    task_hash = sha256_text("".join(s["doc_hash"] + s.get("prompt_hash", "") + s["target_hash"] for s in samples))
+    results = {"results": {"toy": {"alias": "toy", "acc,none": sum(accs) / len(accs), "acc_stderr,none": "N/A"}},
+               "group_subtasks": {"toy": []},
+               "configs": {"toy": {"task": "toy", "output_type": "multiple_choice", "doc_to_text": "Q{{q}}",
+                                   "doc_to_target": "label", "doc_to_choice": ["no", "yes"], "target_delimiter": " ",
+                                   "metric_list": [{"metric": "acc"}], "num_fewshot": 0}},
+               "versions": {"toy": 1.0}, "n-shot": {"toy": 0}, "higher_is_better": {"toy": {"acc": True}},
+               "n-samples": {"toy": {"original": n_orig, "effective": min(limit or n_orig, n_orig)}},
+               "config": {"limit": limit, "bootstrap_iters": 0}, "lm_eval_version": version,
+               "task_hashes": {"toy": task_hash}, "chat_template": None, "system_instruction": None}
+    (d / f"results_{DATE}.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    (d / f"samples_toy_{DATE}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    return d
+
+
+def toy_samples(order=(0, 1, 2)):
+    docs = [{"q": i, "label": i % 2} for i in range(3)]
+    return [sample(k, docs[k], [-1.0 - k, -1.5], docs[k]["label"]) for k in order]
+
+
+def audit(tmp_path, *args):
+    report = tmp_path / "report.json"
+    code = main(["--lm-eval", *map(str, args), "--report", str(report)])
+    return code, (json.loads(report.read_text()) if report.exists() else None)
+
+
+def failures(report, check_part, level=None):
+    return [f for r in report["checks"] if check_part in r["check"] and r["status"] == "FAIL"
+            and (level is None or r["level"] == level) for f in r["failures"]]
+
+
+def test_a_consistent_hand_written_run_passes_and_the_report_is_not_silent(tmp_path, capsys):
+    write_run(tmp_path / "run", toy_samples())
+    code, report = audit(tmp_path, tmp_path / "run")
+    assert code == 0 and report["n_fail"] == 0 and report["experiments"] == ["toy"], capsys.readouterr().out
+    assert f"report: {tmp_path / 'report.json'}" in capsys.readouterr().out
+
+
+def test_default_report_goes_to_run_dir_audit_json_and_is_ignored_by_discovery(tmp_path, capsys):
+    write_run(tmp_path, toy_samples(), sub="")
+    assert main(["--lm-eval", str(tmp_path)]) == 0
+    assert (tmp_path / "audit.json").exists() and f"report: {tmp_path / 'audit.json'}" in capsys.readouterr().out
+    assert main(["--lm-eval", str(tmp_path)]) == 0         # the audit.json it wrote is not taken for lm-eval output
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: json.loads(d.replace('"0.4.9.2"', '"0.4.3"')), "'lm_eval_version': '0.4.3'"),
+    (lambda d: {k: v for k, v in json.loads(d).items() if k != "task_hashes"}, "'task_hashes': expected dict"),
+    (lambda d: d.replace('"versions"', '"task_hashes": {}, "versions"', 1), "duplicate key 'task_hashes'"),
+    (lambda d: d.replace('"bootstrap_iters": 0', '"bootstrap_iters": NaN'), "non-finite number NaN"),
+])
+def test_unknown_or_non_strict_results_are_refused_with_one_line(tmp_path, edit, says):
+    d = write_run(tmp_path / "run", toy_samples())
+    p = d / f"results_{DATE}.json"
+    new = edit(p.read_text())
+    p.write_text(new if isinstance(new, str) else json.dumps(new))
+    proc = run_cli("audit.py", "--lm-eval", tmp_path / "run", "--report", tmp_path / "r.json")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr and p.name in proc.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_sample_line_in_another_format_is_refused_naming_line_and_field(tmp_path):
+    s = toy_samples()
+    del s[1]["prompt_hash"]
+    write_run(tmp_path / "a", s)
+    proc = run_cli("audit.py", "--lm-eval", tmp_path / "a", "--report", tmp_path / "r.json")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "line 2: field 'prompt_hash': expected str (lm-eval 0.4.9.2 sample format)" in proc.stderr
+    s = toy_samples()
+    s[2]["resps"][0][0][0] = s[2]["filtered_resps"][0][0] = "minus one"
+    write_run(tmp_path / "b", s)
+    code, report = audit(tmp_path, tmp_path / "b")
+    assert code == 2 and report is None
+
+
+def test_no_results_file_and_a_symlinked_run_dir_are_refused(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert audit(tmp_path, tmp_path / "empty")[0] == 2
+    write_run(tmp_path / "run", toy_samples())
+    (tmp_path / "link").symlink_to(tmp_path / "run")
+    assert audit(tmp_path, tmp_path / "link")[0] == 2
+
+
+def test_duplicate_out_of_range_and_unsorted_doc_ids_are_named(tmp_path):
+    s = toy_samples()
+    s[2]["doc_id"] = 0
+    write_run(tmp_path / "dup", s)
+    code, report = audit(tmp_path, tmp_path / "dup")
+    assert code == 1 and any("doc_id 0 (line 3" in f and "duplicated" in f for f in failures(report, "no duplicate"))
+    s = toy_samples()
+    s[2]["doc_id"] = 7
+    write_run(tmp_path / "range", s)
+    assert any("out of range" in f for f in failures(audit(tmp_path, tmp_path / "range")[1], "in range"))
+    s = toy_samples()
+    s[0]["doc_id"], s[2]["doc_id"] = 2, 0          # lines in dataset order, labels swapped
+    write_run(tmp_path / "order", s)
+    bad = failures(audit(tmp_path, tmp_path / "order")[1], "logging order")
+    assert len(bad) == 2 and "doc_id 2 (line 1" in bad[0] and "document of doc_id 0" in bad[0]
+
+
+def test_identity_level_names_a_doc_that_is_not_its_data_row_and_renders_prompts(tmp_path):
+    write_run(tmp_path / "run", toy_samples())
+    data = tmp_path / "data.jsonl"
+    rows = [{"q": i, "label": i % 2} for i in range(3)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, report = audit(tmp_path, tmp_path / "run", "--tokens", "--data", data)
+    assert code == 0, [r for r in report["checks"] if r["status"] == "FAIL"]
+    assert any(r["check"].startswith("prompt re-rendered") and r["status"] == "PASS" for r in report["checks"])
+    rows[1]["q"] = 9
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bad = failures(audit(tmp_path, tmp_path / "run", "--tokens", "--data", data)[1], "data row")
+    assert bad and bad[0].startswith("doc_id 1 (line 2, filter none) doc.q: logged 1, data row 1 has 9")
+    tsv = tmp_path / "data.tsv"
+    tsv.write_text("q\tlabel\n0\t0\n1\t1\n2\t0\n")
+    assert audit(tmp_path, tmp_path / "run", "--tokens", "--data", tsv)[0] == 0
+
+
+def test_a_hostile_template_cannot_reach_python(tmp_path):
+    d = write_run(tmp_path / "run", toy_samples())
+    p = d / f"results_{DATE}.json"
+    r = json.loads(p.read_text())
+    r["configs"]["toy"]["doc_to_text"] = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+    p.write_text(json.dumps(r))
+    code, report = audit(tmp_path, tmp_path / "run", "--tokens")
+    assert code == 1
+    assert any("cannot render (SecurityError" in f for f in failures(report, "prompt re-rendered"))
+
+
+# ---- slow: real lm-eval output ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def hflm(model_dir):
+    import torch
+
+    import lmeval_runs
+
+    torch.set_num_threads(int(os.environ.get("EVAL_TORCH_THREADS", "1")))
+    return lmeval_runs.make_lm(model_dir)
+
+
+@pytest.fixture(scope="session")
+def lmeval_data(prepared_cache):
+    return {"sst2": prepared_cache / "data" / "fixture-sentiment" / "validation.parquet",
+            "sst2_gen": prepared_cache / "data" / "fixture-sentiment" / "validation.parquet",
+            "mc_taco": prepared_cache / "data" / "fixture-mctaco" / "validation.parquet"}
+
+
+@pytest.fixture(scope="session")
+def clean_run(hflm, model_dir, lmeval_data, tmp_path_factory):
+    """sst2, mc_taco and sst2_gen, the first 9 documents each (9 = two whole MC-TACO question groups)."""
+    import lmeval_runs as R
+
+    tasks = [R.sst2_task(lmeval_data["sst2"]), R.mctaco_task(lmeval_data["mc_taco"]),
+             R.generate_task(lmeval_data["sst2"])]
+    return R.lm_eval_run(hflm, model_dir, tmp_path_factory.mktemp("lmeval-clean"), tasks, limit=9)
+
+
+@pytest.fixture(scope="session")
+def unsorted_run(hflm, model_dir, lmeval_data, tmp_path_factory):
+    import lmeval_runs as R
+
+    return R.lm_eval_run(hflm, model_dir, tmp_path_factory.mktemp("lmeval-unsorted"),
+                         [R.sst2_task(lmeval_data["sst2"])], samples={"sst2": [6, 1, 4, 3]})
+
+
+def data_args(data):
+    return [a for task, p in data.items() for a in ("--data", f"{task}={p}")]
+
+
+def all_levels(tmp_path, run, model_dir, data, *more):
+    return audit(tmp_path, run, "--forward", "--model", model_dir, *data_args(data), *more)
+
+
+def levels_failed(report):
+    return {r["level"] for r in report["checks"] if r["status"] == "FAIL"}
+
+
+def tampered(run, tmp_path, task, edit_samples=None, edit_results=None):
+    """A copy of `run` with the samples of `task` (list of dicts, in file order) and/or the results dict edited."""
+    copy = tmp_path / "tampered"
+    shutil.copytree(run, copy)
+    sub = next(p for p in copy.iterdir() if p.is_dir())
+    if edit_samples:
+        path = next(sub.glob(f"samples_{task}_2*.jsonl"))
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        edit_samples(rows)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    if edit_results:
+        path = next(sub.glob("results_*.json"))
+        r = json.loads(path.read_text(encoding="utf-8"))
+        edit_results(r)
+        path.write_text(json.dumps(r, indent=2, ensure_ascii=False), encoding="utf-8")
+    return copy
+
+
+@pytest.mark.slow
+def test_clean_real_runs_pass_every_level(clean_run, model_dir, lmeval_data, tmp_path):
+    code, report = all_levels(tmp_path, clean_run, model_dir, lmeval_data)
+    assert code == 0, [r["first_failure"] for r in report["checks"] if r["status"] == "FAIL"]
+    assert sorted(report["experiments"]) == ["mc_taco", "sst2", "sst2_gen"]
+    passed = {(r["experiment"], r["level"]) for r in report["checks"] if r["status"] == "PASS"}
+    for task in ("sst2", "mc_taco"):
+        assert {(task, "arithmetic"), (task, "identity"), (task, "forward")} <= passed
+    assert {("sst2_gen", "arithmetic"), ("sst2_gen", "identity")} <= passed
+    gen = [r for r in report["checks"] if r["experiment"] == "sst2_gen" and r["check"].startswith("per-sample")]
+    assert gen[0]["status"] == "PASS" and gen[0]["items"] == 18        # 9 documents x 2 filters
+    assert report["details"]["sst2"]["forward"]["requests"] == 18
+    assert report["details"]["sst2"]["forward"]["max_abs_diff"] <= 1e-4
+
+
+@pytest.mark.slow
+def test_unsorted_samples_run_names_every_mislabelled_doc_id(unsorted_run, model_dir, lmeval_data, tmp_path):
+    code, report = audit(tmp_path, unsorted_run, "--tokens", "--data", lmeval_data["sst2"])
+    assert code == 1
+    order = failures(report, "logging order", "arithmetic")
+    assert sorted(int(f.split()[1]) for f in order) == [1, 3, 6]            # doc_id 4 sits where it belongs
+    data = failures(report, "data row", "identity")
+    assert {int(f.split()[1]) for f in data} == {1, 3, 6} and any("doc_id 6" in f and "doc.idx: logged 1" in f
+                                                                  for f in data)
+
+
+@pytest.mark.slow
+def test_a_flipped_per_sample_metric_is_caught_naming_sample_and_field(clean_run, tmp_path):
+    def flip(rows):
+        rows[3]["acc"] = 1.0 - rows[3]["acc"]
+    code, report = audit(tmp_path, tampered(clean_run, tmp_path, "sst2", flip))
+    assert code == 1
+    assert any(f.startswith("doc_id 3 (line 4, filter none) acc: recorded") for f in failures(report, "per-sample"))
+
+
+@pytest.mark.slow
+def test_an_edited_aggregate_is_caught(clean_run, tmp_path):
+    def edit(r):
+        r["results"]["mc_taco"]["acc,none"] += 0.01
+    code, report = audit(tmp_path, tampered(clean_run, tmp_path, "mc_taco", edit_results=edit))
+    assert code == 1 and levels_failed(report) == {"arithmetic"}
+    assert any("results.mc_taco acc,none: recorded" in f for f in failures(report, "aggregates"))
+
+
+@pytest.mark.slow
+def test_a_consistent_loglikelihood_edit_is_caught_by_the_forward_level_only(clean_run, model_dir, lmeval_data,
+                                                                           tmp_path):
+    def edit(rows):
+        lls = [float(r[0][0]) for r in rows[5]["resps"]]
+        loser = 1 - max(range(2), key=lambda j: (lls[j], -j))
+        new = repr(lls[loser] - 0.25)            # lower the losing choice: acc, acc_norm, f1, mcc unchanged
+        rows[5]["resps"][loser][0][0] = new
+        rows[5]["filtered_resps"][loser][0] = new
+    copy = tampered(clean_run, tmp_path, "sst2", edit)
+    code, report = all_levels(tmp_path, copy, model_dir, lmeval_data)
+    assert code == 1 and levels_failed(report) == {"forward"}
+    moved = failures(report, "re-scored", "forward")
+    assert len(moved) == 1 and moved[0].startswith("doc_id 5 (line 6, filter none) resps[")
+    assert report["details"]["sst2"]["forward"]["moved"] == [5]
+
+
+@pytest.mark.slow
+def test_two_swapped_docs_are_caught_naming_both(clean_run, model_dir, lmeval_data, tmp_path):
+    def swap(rows):
+        rows[2]["doc_id"], rows[6]["doc_id"] = rows[6]["doc_id"], rows[2]["doc_id"]
+    code, report = audit(tmp_path, tampered(clean_run, tmp_path, "sst2", swap), "--tokens",
+                         *data_args(lmeval_data))
+    assert code == 1
+    assert failures(report, "task_hashes") == []            # file order unchanged: the hashes cannot see it
+    for check, level in (("logging order", "arithmetic"), ("data row", "identity")):
+        assert {int(f.split()[1]) for f in failures(report, check, level)} == {2, 6}
+
+
+@pytest.mark.slow
+def test_a_deleted_sample_is_caught(clean_run, tmp_path):
+    code, report = audit(tmp_path, tampered(clean_run, tmp_path, "sst2", lambda rows: rows.pop(4)))
+    assert code == 1 and levels_failed(report) == {"arithmetic"}
+    assert any("8 samples logged, n-samples.effective 9" in f for f in failures(report, "sample count"))
+    assert failures(report, "task_hashes") and failures(report, "aggregates")
+
+
+@pytest.mark.slow
+def test_a_limit_that_splits_a_question_group_is_named(hflm, model_dir, lmeval_data, tmp_path):
+    import lmeval_runs as R
+
+    run = R.lm_eval_run(hflm, model_dir, tmp_path / "cut", [R.mctaco_task(lmeval_data["mc_taco"])], limit=7)
+    code, report = audit(tmp_path, run, "--tokens", "--data", lmeval_data["mc_taco"])
+    assert code == 1 and levels_failed(report) == {"identity"}
+    cut = failures(report, "question groups (data)")
+    assert len(cut) == 1 and "2 of its 4 documents logged" in cut[0] and cut[0].startswith("group question '")
+    alone = [r for r in report["checks"] if r["check"] == "limit vs question groups (run alone)"]
+    assert alone[0]["status"] == "SKIPPED" and "limit 7 < 62" in alone[0]["note"]
+
+
+@pytest.mark.slow
+def test_forward_sample_says_it_is_a_sample(clean_run, model_dir, tmp_path):
+    code, report = audit(tmp_path, clean_run, "--forward", "--model", model_dir, "--sample", "4", "--task", "sst2")
+    assert code == 0 and report["experiments"] == ["sst2"]
+    row = next(r for r in report["checks"] if r["check"].startswith("loglikelihoods re-scored"))
+    assert row["items"] == 4 and "a sample: 2 of 9 documents (--sample 4" in row["note"]
