@@ -5,6 +5,8 @@
     python audit.py O --tokens --forward           # + forward level: the audit's own Llama forward pass
     python audit.py O --mutations                  # self-test: tamper with copies of O, each must be caught
     python audit.py O --review SHEET               # + import a filled extraction review sheet (human audit)
+    python audit.py --lm-eval RUN_DIR [--tokens --data FILE] [--forward --model DIR] [--sample N]
+                                                   # an lm-eval 0.4.9.2 --log_samples --output_path directory
 
 Exit codes: 0 every claim recomputes, 1 a check failed, 2 the evidence is unreadable. `python audit.py --help`
 lists every flag, the levels and the limits (the docstring of the package evidence_audit/, where the rules live).

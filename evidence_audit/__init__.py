@@ -5,6 +5,8 @@
     python audit.py O --tokens --forward           # + forward level: audit.py's own Llama forward pass
     python audit.py O --mutations                  # self-test: tamper with copies of O, each must be caught
     python audit.py O --review SHEET               # + import a filled extraction review sheet (human audit)
+    python audit.py --lm-eval RUN_DIR ...          # audit any lm-eval 0.4.9.2 --log_samples --output_path
+                                                   # directory (evidence_audit/lmeval/: its levels and flags)
 
 Options: --cache C (prepared cache; default: two levels above config.json's model.dir), --experiment NAME (audit
 only NAME; repeatable), --report PATH (default O/audit.json, or O/audit.mutations.json with --mutations), --threads
@@ -73,5 +75,5 @@ Modules (reading order): reading (strict evidence reading), manifest (the manife
 (report.html against the evidence), checks (the check/result model and the report),
 definitions (rules written again on purpose), shared (check groups every experiment runs), tokens (identity
 level), forward (forward level), fast_mode (run.py --fast figures), rules/ (one module per experiment),
-driver (audit one directory), mutations (the self-test), cli (argparse).
+driver (audit one directory), mutations (the self-test), cli (argparse), lmeval/ (audit.py --lm-eval).
 """

@@ -62,7 +62,7 @@ def audit_task(C, t, res, levels, opts):
     aggregate.aggregate_rows(C, t, res.name)
     ids = None
     if "identity" in levels:
-        identity.identity_rows(C, t, data_for(opts["data"], t.name), res.path.parent)
+        identity.identity_rows(C, t, data_for(opts["data"], t.name), opts["loaded"])
         ids = rescore.boundary_rows(C, t, opts["model"], res.data)
     if "forward" in levels:
         return rescore.forward_rows(C, t, opts["model"], res.data, ids, opts["sample"])
@@ -73,12 +73,13 @@ def audit_lmeval(run_dir, levels=("arithmetic",), data=(), model=None, sample=No
     """The report dict of `audit.py --lm-eval RUN_DIR`. Raises Unreadable (exit 2) for an unreadable or unknown
     format."""
     C, details, tasks = Checks(), {}, []
+    opts = {"data": data, "model": model, "sample": sample, "loaded": {}}
     runs = discover(run_dir)
     for run in runs:
         res = Results(run.results)
         for t in tasks_of(run, res, len(runs) > 1, C, only):
             tasks.append(t.label)
-            figures = audit_task(C, t, res, levels, {"data": data, "model": model, "sample": sample})
+            figures = audit_task(C, t, res, levels, opts)
             if figures:
                 details[t.label] = {"forward": figures}
     for p in orphan_samples(run_dir, runs):

@@ -106,12 +106,14 @@ def prompt_rows(C, t):
     C.add(t.label, L, "prompt re-rendered from doc_to_text (sandboxed Jinja)", len(t.samples), bad_p)
 
 
-def identity_rows(C, t, data, run_dir):
-    """The identity level of one task, without the tokenizer (tokens.py adds that)."""
+def identity_rows(C, t, data, loaded):
+    """The identity level of one task, without the tokenizer (rescore.boundary_rows adds that). `loaded`: this
+    audit's {--data path: (rows, typed)} (one file may serve several tasks)."""
     if data is None:
         C.skip(t.label, L, "each logged doc == the data row at its doc_id (and its doc_hash)",
                "needs --data FILE (a local copy of the evaluated split): mislabelled samples NOT checked")
     else:
-        rows, typed = load_rows(data)
-        data_rows(C, t, rows, typed, data)
+        if data not in loaded:
+            loaded[data] = load_rows(data)
+        data_rows(C, t, *loaded[data], data)
     prompt_rows(C, t)
