@@ -235,6 +235,23 @@ def test_a_hostile_template_cannot_reach_python(tmp_path):
     code, report = audit(tmp_path, tmp_path / "run", "--tokens")
     assert code == 1
     assert any("cannot render (SecurityError" in f for f in failures(report, "prompt re-rendered"))
+    r["configs"]["toy"]["doc_to_text"] = "{{ 'x' * 1000000000 }}{{ q }}"
+    p.write_text(json.dumps(r))
+    code, report = audit(tmp_path, tmp_path / "run", "--tokens")
+    assert any("cannot render (SecurityError" in f and "bound" in f for f in failures(report, "prompt re-rendered"))
+
+
+def test_the_arithmetic_level_runs_without_lm_eval_torch_jinja_or_pyarrow(tmp_path):
+    """Importing any of them raises in the child; the audit of a hand-written run still passes."""
+    write_run(tmp_path / "run", toy_samples())
+    code = ("import sys\n"
+            "for m in ('lm_eval', 'torch', 'jinja2', 'pyarrow', 'tokenizers', 'safetensors', 'numpy', 'sklearn'):\n"
+            "    sys.modules[m] = None\n"
+            "from evidence_audit.cli import main\n"
+            f"sys.exit(main(['--lm-eval', {str(tmp_path / 'run')!r}, '--report', {str(tmp_path / 'r.json')!r}]))\n")
+    proc = run_cli("-c", code)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "RESULT: PASS" in proc.stdout
 
 
 # ---- slow: real lm-eval output ---------------------------------------------------------------------------------

@@ -14,22 +14,49 @@ from evidence_audit.lmeval.docs import doc_hash
 from evidence_audit.lmeval.task import group_of
 
 L = "identity"
-_ENV = []
+_ENV, _TEMPLATES = [], {}
+
+
+MAX_TEMPLATE_CHARS = 1 << 16     # a task template is a few hundred characters
+MAX_REPEAT = 1 << 16             # the largest string/list `*` and the largest `**` exponent a template may compute
 
 
 def jinja():
     """jinja2's ImmutableSandboxedEnvironment with lm-eval's settings (StrictUndefined, keep_trailing_newline) and
-    its regex_replace filter: a template from an untrusted run cannot reach Python objects."""
+    its regex_replace filter: a template from an untrusted run cannot reach Python objects, and `*` / `**` are
+    bounded (a template cannot build a huge string). Not bounded: a long loop (jinja's sandbox caps one range() at
+    100000 items) makes the audit slow."""
     if not _ENV:
         import re
 
         from jinja2 import StrictUndefined
+        from jinja2.exceptions import SecurityError
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
+        class Bounded(ImmutableSandboxedEnvironment):
+            intercepted_binops = frozenset(["*", "**"])
+
+            def call_binop(self, context, operator, left, right):
+                sizes = [len(x) for x in (left, right) if isinstance(x, (str, list, tuple))]
+                counts = [abs(x) for x in (left, right) if isinstance(x, int)]
+                if operator == "**" and counts and abs(right if isinstance(right, int) else 0) > 64 \
+                        or operator == "*" and sizes and max(sizes) * max(counts or [0]) > MAX_REPEAT:
+                    raise SecurityError(f"template computes {operator} over the audit's bound")
+                return super().call_binop(context, operator, left, right)
+
+        env = Bounded(undefined=StrictUndefined, keep_trailing_newline=True)
         env.filters["regex_replace"] = lambda s, pattern, repl, count=0: re.sub(pattern, repl, s, count=count)
         _ENV.append(env)
     return _ENV[0]
+
+
+def template(spec):
+    """A compiled template (cached), refusing one over MAX_TEMPLATE_CHARS."""
+    if len(spec) > MAX_TEMPLATE_CHARS:
+        raise ValueError(f"template of {len(spec)} characters, over the audit's bound of {MAX_TEMPLATE_CHARS}")
+    if spec not in _TEMPLATES:
+        _TEMPLATES[spec] = jinja().from_string(spec)
+    return _TEMPLATES[spec]
 
 
 def render(spec, doc, has_choices):
@@ -39,7 +66,7 @@ def render(spec, doc, has_choices):
         return spec
     if spec in doc:
         return doc[spec]
-    text = jinja().from_string(spec).render(**doc)
+    text = template(spec).render(**doc)
     return ast.literal_eval(text) if text.isdigit() and has_choices else text
 
 
@@ -91,7 +118,7 @@ def prompt_rows(C, t):
         try:
             target = render(cfg["doc_to_target"], doc, has_choices)
             text = render(cfg["doc_to_text"], doc, has_choices)
-            desc = jinja().from_string(cfg["description"]).render(**doc) if cfg.get("description") else ""
+            desc = template(cfg["description"]).render(**doc) if cfg.get("description") else ""
         except Exception as e:      # a template error is a finding about this sample, not a crash of the audit
             bad_p.append(f"{s.where} doc_to_text/doc_to_target: cannot render ({type(e).__name__}: {str(e)[:80]})")
             continue
