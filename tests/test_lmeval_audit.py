@@ -104,7 +104,7 @@ def sample(doc_id, doc, lls, target, filt="none"):
             "target_hash": sha256_text(str(target)), "acc": 1.0 if pred == target else 0.0}
 
 
-def write_run(root, samples, version="0.4.9.2", n_orig=3, limit=None, sub="org__model"):
+def write_run(root, samples, version="0.4.9.2", n_orig=3, limit=None, sub="org__model", date=DATE):
     d = root / sub if sub else root
     d.mkdir(parents=True, exist_ok=True)
     accs = [s["acc"] for s in samples]
@@ -118,8 +118,8 @@ def write_run(root, samples, version="0.4.9.2", n_orig=3, limit=None, sub="org__
                "n-samples": {"toy": {"original": n_orig, "effective": min(limit or n_orig, n_orig)}},
                "config": {"limit": limit, "bootstrap_iters": 0}, "lm_eval_version": version,
                "task_hashes": {"toy": task_hash}, "chat_template": None, "system_instruction": None}
-    (d / f"results_{DATE}.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-    (d / f"samples_toy_{DATE}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    (d / f"results_{date}.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    (d / f"samples_toy_{date}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
     return d
 
 
@@ -151,6 +151,19 @@ def test_default_report_goes_to_run_dir_audit_json_and_is_ignored_by_discovery(t
     assert main(["--lm-eval", str(tmp_path)]) == 0
     assert (tmp_path / "audit.json").exists() and f"report: {tmp_path / 'audit.json'}" in capsys.readouterr().out
     assert main(["--lm-eval", str(tmp_path)]) == 0         # the audit.json it wrote is not taken for lm-eval output
+
+
+def test_several_runs_in_one_output_path_and_unpaired_files_are_named(tmp_path):
+    later = "2026-01-02T09-00-00.000001"
+    d = write_run(tmp_path, toy_samples())
+    write_run(tmp_path, toy_samples(), date=later)
+    code, report = audit(tmp_path, tmp_path)
+    assert code == 0 and report["experiments"] == [f"toy@{DATE[:19]}", f"toy@{later[:19]}"]
+    (d / f"samples_toy_{later}.jsonl").rename(d / "samples_toy_2025-01-01T00-00-00.jsonl")
+    code, report = audit(tmp_path, tmp_path)
+    bad = failures(report, "samples file")
+    assert code == 1 and len(bad) == 2
+    assert f"task toy has no samples_toy_{later}.jsonl" in bad[0] and "with no results file of its date" in bad[1]
 
 
 @pytest.mark.parametrize("edit, says", [
@@ -399,6 +412,7 @@ def test_a_deleted_sample_is_caught(clean_run, tmp_path):
     code, report = audit(tmp_path, tampered(clean_run, tmp_path, "sst2", lambda rows: rows.pop(4)))
     assert code == 1 and levels_failed(report) == {"arithmetic"}
     assert any("8 samples logged, n-samples.effective 9" in f for f in failures(report, "sample count"))
+    assert any(f.startswith("doc_ids [4]: missing") for f in failures(report, "sample count"))
     assert failures(report, "task_hashes") and failures(report, "aggregates")
 
 

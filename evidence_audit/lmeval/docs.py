@@ -62,7 +62,7 @@ def count_row(C, t, ids):
         if len(ss) != ns["effective"]:
             bad.append(f"filter {f}: {len(ss)} samples logged, n-samples.effective {ns['effective']} "
                        f"({'a sample deleted, or a --samples run, which 0.4.9.2 does not record' if len(ss) < ns['effective'] else 'extra samples'})")
-    if limit and not bad:
+    if limit:
         missing = sorted(set(range(ns["effective"])) - set(ids))
         if missing:
             bad.append(f"doc_ids {short_set(missing)}: missing (a limit logs the first {ns['effective']} documents)")
