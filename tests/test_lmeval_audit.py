@@ -205,6 +205,15 @@ def test_no_results_file_and_a_symlinked_run_dir_are_refused(tmp_path):
     assert audit(tmp_path, tmp_path / "link")[0] == 2
 
 
+def test_unimplemented_multiple_choice_variants_are_skipped_by_name_never_passed(tmp_path):
+    s = toy_samples()
+    s[1] = sample(1, s[1]["doc"], [-1.0, -2.0], [0, 1])        # a list of gold answers (multiple_target)
+    write_run(tmp_path, s)
+    code, report = audit(tmp_path, tmp_path)
+    skipped = [r for r in report["checks"] if r["status"] == "SKIPPED" and "multiple_target" in r["check"]]
+    assert code == 0 and len(skipped) == 1 and "NOT checked" in skipped[0]["note"]
+
+
 def test_duplicate_out_of_range_and_unsorted_doc_ids_are_named(tmp_path):
     s = toy_samples()
     s[2]["doc_id"] = 0

@@ -60,8 +60,9 @@ def count_row(C, t, ids):
         expect(bad, "n-samples", "effective", ns["effective"], expected_eff, f"min(limit {limit}, original)")
     for f, ss in t.by_filter().items():
         if len(ss) != ns["effective"]:
-            bad.append(f"filter {f}: {len(ss)} samples logged, n-samples.effective {ns['effective']} "
-                       f"({'a sample deleted, or a --samples run, which 0.4.9.2 does not record' if len(ss) < ns['effective'] else 'extra samples'})")
+            why = "a sample deleted, or a --samples run, which 0.4.9.2 does not record" \
+                if len(ss) < ns["effective"] else "extra samples"
+            bad.append(f"filter {f}: {len(ss)} samples logged, n-samples.effective {ns['effective']} ({why})")
     if limit:
         missing = sorted(set(range(ns["effective"])) - set(ids))
         if missing:

@@ -77,7 +77,8 @@ def read_samples(path):
     samples = []
     for n, raw in enumerate(read_jsonl(path), start=1):
         if not isinstance(raw, dict):
-            raise Unreadable(f"{path}: line {n}: expected a JSON object (one logged sample), found {type(raw).__name__}")
+            raise Unreadable(f"{path}: line {n}: expected a JSON object (one logged sample), found "
+                             f"{type(raw).__name__}")
         for key, kind in SAMPLE_KEYS.items():
             ok = is_int(raw.get(key)) if kind is int else isinstance(raw.get(key), kind)
             if not ok:

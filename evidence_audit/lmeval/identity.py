@@ -104,7 +104,8 @@ def prompt_rows(C, t):
     system instruction or gen_prefix runs (their context is not description + doc_to_text)."""
     cfg = t.config
     why = [k for k, on in (("num_fewshot", cfg.get("num_fewshot") not in (0, None)),
-                           ("gen_prefix", cfg.get("gen_prefix")), ("doc_to_text", not isinstance(cfg.get("doc_to_text"), str)),
+                           ("gen_prefix", cfg.get("gen_prefix")),
+                           ("doc_to_text", not isinstance(cfg.get("doc_to_text"), str)),
                            ("doc_to_target", not isinstance(cfg.get("doc_to_target"), (str, int))),
                            ("chat_template / system_instruction", t.chat)) if on]
     if why:

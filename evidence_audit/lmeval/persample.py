@@ -31,6 +31,19 @@ def gold_of(target, choices):
     return choices.index(target) if target in choices else None
 
 
+def mc_variant(s):
+    """The name of a multiple_choice variant not implemented here, or None: unconditional requests (acc_mutual_info),
+    one context per choice (multiple_input), a list of gold answers (multiple_target)."""
+    contexts = {ctx for ctx, _ in s.requests}
+    if "" in contexts or "acc_mutual_info" in s.raw["metrics"]:
+        return "multiple_choice with unconditional requests (acc_mutual_info)"
+    if len(contexts) > 1:
+        return "multiple_choice with one context per choice (multiple_input)"
+    if s.raw["target"].startswith("["):
+        return "multiple_choice with several gold answers (multiple_target)"
+    return None
+
+
 def mc_sample(t, s, bad, skipped):
     """One multiple_choice sample: filtered_resps from resps (take_first), then every metric it lists."""
     r = s.raw
@@ -41,6 +54,10 @@ def mc_sample(t, s, bad, skipped):
         if not (isinstance(resp, list) and resp and same(resp[0], fil)):
             bad.append(f"{s.where} filtered_resps[{i}]: recorded {str(fil)[:60]}, recomputed take_first of resps[{i}]")
     parsed = [fmt.loglikelihood(t.path, s, v, f"filtered_resps[{i}]") for i, v in enumerate(r["filtered_resps"])]
+    unusual = mc_variant(s)
+    if unusual:
+        skipped.add(unusual)
+        return
     choices = choices_of(t, s, bad)
     if choices is None:
         return
@@ -63,7 +80,8 @@ def generate_sample(t, s, bad, skipped):
     if steps is None or unsupported_filters(steps):
         skipped.add(f"filter {r['filter']} ({', '.join(unsupported_filters(steps or [{}]))})")
         return
-    if len(r["resps"]) != 1 or not isinstance(r["resps"][0], list) or not all(isinstance(x, str) for x in r["resps"][0]):
+    texts = r["resps"][0] if len(r["resps"]) == 1 else None
+    if not isinstance(texts, list) or not all(isinstance(x, str) for x in texts):
         bad.append(f"{s.where} resps: expected one request's list of generated strings")
         return
     filtered = apply_filters(steps, r["resps"][0])
