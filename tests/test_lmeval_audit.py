@@ -444,3 +444,13 @@ def test_forward_sample_says_it_is_a_sample(clean_run, model_dir, tmp_path):
     assert code == 0 and report["experiments"] == ["sst2"]
     row = next(r for r in report["checks"] if r["check"].startswith("loglikelihoods re-scored"))
     assert row["items"] == 4 and "a sample: 2 of 9 documents (--sample 4" in row["note"]
+
+
+@pytest.mark.slow
+def test_a_run_in_another_dtype_is_not_forward_audited_and_says_why(clean_run, model_dir, tmp_path):
+    def bf16(r):
+        r["config"]["model_dtype"] = "torch.bfloat16"
+    copy = tampered(clean_run, tmp_path, "sst2", edit_results=bf16)
+    code, report = audit(tmp_path, copy, "--forward", "--model", model_dir, "--task", "sst2", "--strict")
+    row = next(r for r in report["checks"] if r["level"] == "forward")
+    assert row["status"] == "SKIPPED" and "torch.bfloat16" in row["note"] and code == 1     # --strict

@@ -93,6 +93,12 @@ def model_row(C, t, model_dir, top):
     if st is None or not st.exists():
         C.skip(t.label, F, "loglikelihoods re-scored", f"needs --model DIR with model.safetensors (found {st})")
         return None
+    dtype = t.run_config.get("model_dtype")
+    if dtype not in (None, "torch.float32"):
+        C.skip(t.label, F, "loglikelihoods re-scored", f"the run's model_dtype is {dtype}: the audit's forward pass is "
+                                                       "float32 and its 1e-4 tolerance does not cover that rounding "
+                                                       "(run lm-eval with dtype=float32)")
+        return None
     forward.use_threads()
     model, why = forward.load_llama(model_dir)
     if model is None:
