@@ -5,7 +5,8 @@ task given as a config dict, which is how the fixture parquets are served (exper
 hook), so the tests call the same two functions the CLI calls.
 
 Tasks: sst2 (the installed GLUE YAML, metrics acc, acc_norm, mcc, f1), mc_taco (the installed YAML: acc, f1;
-documents are parts of (sentence, question) groups) and sst2_gen, a generate_until task written here (regex +
+documents are parts of (sentence, question) groups), sst2_ll, a loglikelihood task written here (acc, perplexity),
+and sst2_gen, a generate_until task written here (regex +
 take_first and lowercase + remove_whitespace + take_first filters, exact_match with ignore_case and
 ignore_punctuation)."""
 import os
@@ -58,15 +59,29 @@ def generate_task(parquet):
     return ConfigurableTask(config=cfg)
 
 
+def loglikelihood_task(parquet):
+    """A loglikelihood task written here: the log-likelihood of the gold answer word after the sst2 prompt (acc =
+    is_greedy, perplexity). A task object, as generate_task."""
+    from lm_eval.api.task import ConfigurableTask
+
+    cfg = official.task_config("tasks/glue/sst2/default.yaml", parquet)
+    cfg.pop("tag")
+    cfg.update({"task": "sst2_ll", "output_type": "loglikelihood", "doc_to_choice": None,
+                "doc_to_target": "{{ [' negative', ' positive'][label] }}",
+                "metric_list": [{"metric": "acc"}, {"metric": "perplexity"}]})
+    return ConfigurableTask(config=cfg)
+
+
 def task_manager():
-    """lm-eval's TaskManager with "sst2_gen" entered in its index as the installed sst2 YAML's entry, for one log
+    """lm-eval's TaskManager with "sst2_gen" and "sst2_ll" entered in its index as the installed sst2 YAML's entry, for one log
     line: 0.4.9.2's get_task_dict logs every top-level task with its YAML path from the index and raises KeyError
     for a name it lacks (the CLI's --include_path crashes on the same line: its path is outside the package). The
     task object passed is used as it is; the index entry is read for nothing else."""
     from lm_eval.tasks import TaskManager
 
     tm = TaskManager()
-    tm.task_index["sst2_gen"] = dict(tm.task_index["sst2"])
+    for name in ("sst2_gen", "sst2_ll"):
+        tm.task_index[name] = dict(tm.task_index["sst2"])
     return tm
 
 

@@ -292,16 +292,17 @@ def hflm(model_dir):
 def lmeval_data(prepared_cache):
     return {"sst2": prepared_cache / "data" / "fixture-sentiment" / "validation.parquet",
             "sst2_gen": prepared_cache / "data" / "fixture-sentiment" / "validation.parquet",
+            "sst2_ll": prepared_cache / "data" / "fixture-sentiment" / "validation.parquet",
             "mc_taco": prepared_cache / "data" / "fixture-mctaco" / "validation.parquet"}
 
 
 @pytest.fixture(scope="session")
 def clean_run(hflm, model_dir, lmeval_data, tmp_path_factory):
-    """sst2, mc_taco and sst2_gen, the first 9 documents each (9 = two whole MC-TACO question groups)."""
+    """sst2, mc_taco, sst2_ll and sst2_gen, the first 9 documents each (9 = two whole MC-TACO question groups)."""
     import lmeval_runs as R
 
     tasks = [R.sst2_task(lmeval_data["sst2"]), R.mctaco_task(lmeval_data["mc_taco"]),
-             R.generate_task(lmeval_data["sst2"])]
+             R.loglikelihood_task(lmeval_data["sst2"]), R.generate_task(lmeval_data["sst2"])]
     return R.lm_eval_run(hflm, model_dir, tmp_path_factory.mktemp("lmeval-clean"), tasks, limit=9)
 
 
@@ -347,15 +348,18 @@ def tampered(run, tmp_path, task, edit_samples=None, edit_results=None):
 def test_clean_real_runs_pass_every_level(clean_run, model_dir, lmeval_data, tmp_path):
     code, report = all_levels(tmp_path, clean_run, model_dir, lmeval_data)
     assert code == 0, [r["first_failure"] for r in report["checks"] if r["status"] == "FAIL"]
-    assert sorted(report["experiments"]) == ["mc_taco", "sst2", "sst2_gen"]
+    assert sorted(report["experiments"]) == ["mc_taco", "sst2", "sst2_gen", "sst2_ll"]
     passed = {(r["experiment"], r["level"]) for r in report["checks"] if r["status"] == "PASS"}
-    for task in ("sst2", "mc_taco"):
+    for task in ("sst2", "mc_taco", "sst2_ll"):
         assert {(task, "arithmetic"), (task, "identity"), (task, "forward")} <= passed
     assert {("sst2_gen", "arithmetic"), ("sst2_gen", "identity")} <= passed
     gen = [r for r in report["checks"] if r["experiment"] == "sst2_gen" and r["check"].startswith("per-sample")]
     assert gen[0]["status"] == "PASS" and gen[0]["items"] == 18        # 9 documents x 2 filters
     assert report["details"]["sst2"]["forward"]["requests"] == 18
     assert report["details"]["sst2"]["forward"]["max_abs_diff"] <= 1e-4
+    assert report["details"]["sst2_ll"]["forward"]["requests"] == 9
+    aggregates = next(r for r in report["checks"] if r["experiment"] == "sst2_ll" and r["check"].startswith("aggr"))
+    assert aggregates["status"] == "PASS" and aggregates["items"] == 2          # acc (mean) and perplexity
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ definition is deterministic (mean: sample stddev / sqrt(n); "N/A" for one sample
 stderrs (f1, mcc, ...) resample with lm-eval's process pool and seeds: SKIPPED by name."""
 from evidence_audit.checks import expect, short
 from evidence_audit.definitions import is_num
-from evidence_audit.lmeval.metrics import AGGREGATIONS, BOOTSTRAPPED, mean_stderr
+from evidence_audit.lmeval.metrics import AGGREGATIONS, BOOTSTRAPPED, SCALAR_AGGREGATIONS, mean_stderr
 
 A = "arithmetic"
 AGG_TOL = 1e-9      # |recorded - recomputed| allowed for an aggregate (scikit-learn's float order differs)
@@ -37,7 +37,8 @@ def aggregate_rows(C, t, where):
         if not items:
             bad.append(f"{w}.{key}: no sample logs metric {metric!r} under filter {filt!r}")
             continue
-        if agg not in AGGREGATIONS or (agg != "mean" and not all(isinstance(i, tuple) and len(i) == 2 for i in items)):
+        pairs = all(isinstance(i, tuple) and len(i) == 2 for i in items)
+        if agg not in AGGREGATIONS or (agg in SCALAR_AGGREGATIONS) == pairs:
             skipped.add(f"{metric} ({agg})")
         else:
             value = AGGREGATIONS[agg](items)

@@ -56,7 +56,13 @@ def mcc(pairs):
     return cov_tp / math.sqrt(cov_tt * cov_pp)
 
 
-AGGREGATIONS = {"mean": mean, "f1": f1_binary, "matthews_corrcoef": mcc}
+def perplexity(xs):
+    """lm-eval's perplexity aggregation: exp(-mean of the log-likelihoods)."""
+    return math.exp(-mean(xs))
+
+
+AGGREGATIONS = {"mean": mean, "f1": f1_binary, "matthews_corrcoef": mcc, "perplexity": perplexity}
+SCALAR_AGGREGATIONS = ("mean", "perplexity")     # over numbers; the others over (gold, pred) pairs
 
 
 def multiple_choice(lls, greedy, choices, gold):

@@ -6,6 +6,7 @@ from evidence_audit.lmeval.metrics import EXACT_MATCH_ARGS, apply_filters, exact
     unsupported_filters
 
 A = "arithmetic"
+LOGLIKELIHOOD = ("multiple_choice", "loglikelihood")     # the output types whose requests are loglikelihood
 MC_METRICS = ("acc", "acc_norm", "acc_bytes", "exact_match", "f1", "mcc")
 
 
@@ -73,6 +74,25 @@ def mc_sample(t, s, bad, skipped):
             skipped.add(m)
 
 
+def loglikelihood_sample(t, s, bad, skipped):
+    """One loglikelihood sample (one request): acc = is_greedy, perplexity = the log-likelihood itself."""
+    r = s.raw
+    if len(s.requests) != 1 or len(r["resps"]) != 1 or len(r["filtered_resps"]) != 1:
+        bad.append(f"{s.where} resps: expected one request and one response")
+        return
+    if not (isinstance(r["resps"][0], list) and r["resps"][0] and same(r["resps"][0][0], r["filtered_resps"][0])):
+        bad.append(f"{s.where} filtered_resps[0]: recorded {str(r['filtered_resps'][0])[:60]}, recomputed take_first "
+                   "of resps[0]")
+    ll, greedy = fmt.loglikelihood(t.path, s, r["filtered_resps"][0], "filtered_resps[0]")
+    expect(bad, s.where, "arguments.gen_args_0.arg_1", s.requests[0][1], r["target"], "the request's continuation is "
+                                                                                      "the target")
+    for m in r["metrics"]:
+        if m in ("acc", "perplexity"):
+            expect(bad, s.where, m, r[m], int(greedy) if m == "acc" else ll, "from filtered_resps")
+        else:
+            skipped.add(m)
+
+
 def generate_sample(t, s, bad, skipped):
     """One generate_until sample: filtered_resps from resps with the config's filter steps, then exact_match with
     the metric_list entry's options."""
@@ -100,13 +120,14 @@ def generate_sample(t, s, bad, skipped):
 def persample_rows(C, t):
     """Row "per-sample metrics recomputed", plus one SKIPPED row per metric/filter not implemented here."""
     bad, skipped = [], set()
-    kind = {"multiple_choice": mc_sample, "generate_until": generate_sample}.get(t.output_type)
+    kind = {"multiple_choice": mc_sample, "generate_until": generate_sample,
+            "loglikelihood": loglikelihood_sample}.get(t.output_type)
     if kind is None:
         C.skip(t.label, A, "per-sample metrics recomputed", f"output_type {t.output_type!r}: not implemented here "
-                                                            "(multiple_choice and generate_until are)")
+                                                            "(multiple_choice, loglikelihood, generate_until are)")
         return
-    if t.output_type == "multiple_choice" and set(t.filters()) != {"none"}:
-        C.skip(t.label, A, "per-sample metrics recomputed", f"multiple_choice with filters {sorted(t.filters())}: "
+    if t.output_type in LOGLIKELIHOOD and set(t.filters()) != {"none"}:
+        C.skip(t.label, A, "per-sample metrics recomputed", f"{t.output_type} with filters {sorted(t.filters())}: "
                                                             "only the default take_first is implemented")
         return
     for s in t.samples:

@@ -1,5 +1,5 @@
 """Token boundaries (identity level, --tokens --model DIR) and the forward level (--forward --model DIR): every
-loglikelihood request of a multiple_choice task re-tokenised as lm-eval 0.4.9.2's TemplateLM._encode_pair does and
+loglikelihood request (multiple_choice and loglikelihood tasks) re-tokenised as lm-eval 0.4.9.2's TemplateLM._encode_pair does and
 re-scored with the audit's own float32 Llama forward pass (evidence_audit/forward.py).
 
 _encode_pair: trailing whitespace of the context moves to the continuation; context and context + continuation are
@@ -16,6 +16,7 @@ from evidence_audit import forward, tokens
 from evidence_audit.checks import expect
 from evidence_audit.definitions import argmax_first
 from evidence_audit.lmeval import fmt
+from evidence_audit.lmeval.persample import LOGLIKELIHOOD
 
 SAMPLE_SALT = "lmeval-forward-sample-v1"
 I, F = "identity", "forward"
@@ -42,7 +43,7 @@ def special_tokens(bad, tok, top):
 def boundary_rows(C, t, model_dir, top):
     """Row BOUNDARIES; returns {(doc_id, request index): (context ids, continuation ids)} for the forward level,
     or None (after a SKIPPED row) when there is no tokenizer or the task has no loglikelihood requests."""
-    if t.output_type != "multiple_choice":
+    if t.output_type not in LOGLIKELIHOOD:
         C.skip(t.label, I, BOUNDARIES, f"output_type {t.output_type}: no loglikelihood request", requested=False)
         return None
     tok_path = Path(model_dir) / "tokenizer.json" if model_dir else None
@@ -115,7 +116,7 @@ def model_row(C, t, model_dir, top):
 def forward_rows(C, t, model_dir, top, ids, sample_n):
     """Rows "loglikelihoods re-scored" and "is_greedy / argmax re-derived": max abs diff, argmax changes, the
     documents whose values moved. Returns the figures for audit.json, or None."""
-    if t.output_type != "multiple_choice":
+    if t.output_type not in LOGLIKELIHOOD:
         C.skip(t.label, F, "loglikelihoods re-scored", f"output_type {t.output_type}: generations are not re-run "
                                                        "(only loglikelihood requests are)", requested=False)
         return None
