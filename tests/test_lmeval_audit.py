@@ -7,7 +7,6 @@ import os
 import random
 import shutil
 import statistics
-from pathlib import Path
 
 import pytest
 
