@@ -103,6 +103,8 @@ MAX_DATA_FILE_BYTES = 1 << 30    # a data file larger than 1 GiB is refused befo
 
 
 def check_size(path):
+    if not isinstance(path, (str, os.PathLike)):
+        return                          # an in-memory buffer (tests, the cache's own bytes): already bounded
     size = Path(path).stat().st_size
     if size > MAX_DATA_FILE_BYTES:
         raise ResourceError(f"{path}: {size} bytes, more than the {MAX_DATA_FILE_BYTES} bytes a data file may have")
