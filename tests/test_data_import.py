@@ -326,7 +326,6 @@ def test_protocol_smoke_on_a_name_import_passes_and_audits(prepared_cache, tmp_p
     src = R.read_glue_tsv(REPO / "fixtures" / "sentiment_dev.tsv")[:40]
     f = write(tmp_path / "mine.tsv", ["sentence\tlabel"] + [f"{r['sentence']}\t{r['label']}" for r in src])
     assert prepare("--cache", cache, "--data-file", f, "--name", "mine").returncode == 0
-    assert prepare("--cache", cache).returncode == 0            # the default data too (run.py's --data default)
     out = tmp_path / "o"
     p = run_cli("run.py", "--cache", cache, "--out", out, "--experiment", "protocol", "--data", "mine", "--smoke")
     assert p.returncode == 0, p.stdout + p.stderr
@@ -341,7 +340,6 @@ def test_protocol_smoke_on_a_name_import_passes_and_audits(prepared_cache, tmp_p
 @pytest.mark.slow
 def test_mctaco_smoke_on_a_test_split_import_follows_the_stock_choice_and_audits(prepared_cache, tmp_path):
     cache = cache_with_model(prepared_cache, tmp_path / "c")
-    assert prepare("--cache", cache).returncode == 0
     p = prepare("--cache", cache, "--data-file", FIXTURE, "--name", "my-mct", "--as-split", "test")
     assert p.returncode == 0, p.stdout + p.stderr
     out = tmp_path / "o"
