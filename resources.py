@@ -655,7 +655,8 @@ def verified_inputs(cache, model_id, data_id):
     """Re-hash the model and data files the manifest vouches for; nothing unverified is ever read.
 
     Returns (model_dir, parquet, model_identity, data_entry): the model's Hugging Face directory, the data's
-    parquet (data/<id>/<split>.parquet), {id, dir, model_sha256, tokenizer_sha256, source}, and the data's manifest entry.
+    parquet (data/<id>/<split>.parquet), {id, dir, model_sha256, tokenizer_sha256, source}, and the data's
+    manifest entry. (The data's content against its lock: verified_data.)
     Raises ResourceError naming the file and what to do."""
     cache = Path(cache)
     if not (cache / MANIFEST).exists():

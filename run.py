@@ -143,9 +143,10 @@ def route_data(args, modules, named):
     wrong = [n for n, w in wants.items() if w not in (None, schema)]
     nouns = {"sst2": "SST-2-shaped", "mctaco": "MC-TACO-shaped"}
     if wrong and (named or schema != "sst2"):
+        theirs = " / ".join(sorted({nouns.get(wants[n], wants[n]) for n in wrong}))
         raise ResourceError(f"--data {args.data} is {nouns.get(schema, schema)} data; experiment(s) "
-                            f"{', '.join(wrong)} score {' / '.join(sorted({nouns.get(wants[n], wants[n]) for n in wrong}))} "
-                            "data: name data of that schema, or only the experiments that read it")
+                            f"{', '.join(wrong)} score {theirs} data: name data of that schema, or only the "
+                            "experiments that read it")
     for n in wrong:
         print(f"note: --data {args.data} is {nouns.get(schema, schema)}; {n} scores its own configured data")
     return {n: {"mctaco_data": args.data} for n, w in wants.items() if w == "mctaco" and schema == "mctaco"}

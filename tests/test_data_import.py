@@ -50,7 +50,8 @@ def test_fixture_is_in_the_authors_exact_format_and_pinned():
 
 def test_real_splits_are_pinned_with_the_issue_facts():
     data = R.load_lock()["data"]
-    assert (data["mc-taco"]["split"], data["mc-taco"]["rows"], data["mc-taco"]["n_questions"]) == ("validation", 3783, 561)
+    assert (data["mc-taco"]["split"], data["mc-taco"]["rows"], data["mc-taco"]["n_questions"]) == \
+        ("validation", 3783, 561)
     assert data["mc-taco"]["label_counts"] == {"no": 2554, "yes": 1229}
     assert data["mc-taco"]["content_sha256"] == "36a3ccdae1d011dc18ce6178aeb4226626743986f70b53b6949fdecf1322e77e"
     assert (data["mc-taco-test"]["split"], data["mc-taco-test"]["rows"], data["mc-taco-test"]["n_questions"]) == \
@@ -291,7 +292,8 @@ def test_synthetic_split_has_the_real_shape_and_is_deterministic(tmp_path, split
 def test_run_refuses_data_of_the_other_schema_on_one_line(tmp_path):
     cache = tmp_path / "c"
     assert prepare("--cache", cache, "--data-file", FIXTURE, "--name", "my-mct").returncode == 0
-    assert prepare("--cache", cache, "--data-file", write(tmp_path / "s.tsv", SST2_GOOD), "--name", "mine").returncode == 0
+    s_tsv = write(tmp_path / "s.tsv", SST2_GOOD)
+    assert prepare("--cache", cache, "--data-file", s_tsv, "--name", "mine").returncode == 0
     for args, expected in ((("--experiment", "protocol", "--data", "my-mct"),
                             "--data my-mct is MC-TACO-shaped data; experiment(s) protocol score SST-2-shaped data"),
                            (("--experiment", "mctaco", "--data", "mine"),
