@@ -250,6 +250,10 @@ def test_full_fixture_bit_exact_and_metrics_match_lm_eval(mctaco_run):
     assert dumped["doc_to_choice"] == ["no", "yes"] and dumped["doc_to_target"] == "label"
     assert dumped["metric_list"] == [{"metric": "acc"}, {"metric": "f1"}] and "test_split" not in dumped
     assert config["official"]["modifications"]["test_split"]["yaml"] == "test"
+    # a validation-split resource: the stock choice of the test split is overridden, and said so
+    assert config["data_split"] == "validation" and config["split_choice"]["stock_choice"] == "overridden"
+    assert config["data_parquet"] == "data/fixture-mctaco/validation.parquet"
+    assert config["data_routing"].startswith("config mctaco_data")       # no --data given
 
 
 @pytest.mark.slow
