@@ -114,7 +114,7 @@ def mct_limit_ns(config_ns, n_docs, split_questions, doc_ids):
     ends = sorted({max(q["idx"]) + 1 for q in qs if max(q["idx"]) + 1 < n_docs})
     ns = {n: "config" for n in config_ns if 1 <= n < n_docs}
     if ends and not any(n in ends for n in ns):
-        ns[min(ends, key=lambda e: (abs(e - n_docs / 2), e))] = "derived: a group boundary (no question cut)"
+        ns[min(ends, key=lambda e: (abs(e - max(ns, default=0)), e))] = "derived: a group boundary (no question cut)"
     if not any(n not in ends for n in ns):
         for e in [0] + ends:
             if e + 2 < n_docs and e + 2 not in ends:
