@@ -354,3 +354,19 @@ def test_mctaco_smoke_on_a_test_split_import_follows_the_stock_choice_and_audits
     assert cfg["data_parquet"] == "data/my-mct/test.parquet" and cfg["data_routing"].startswith("run.py --data")
     a = run_cli("audit.py", out, "--cache", cache, "--tokens")
     assert a.returncode == 0 and "RESULT: PASS" in a.stdout, a.stdout + a.stderr
+
+
+def test_pin_records_row_hashes_of_a_recognised_copy_then_names_the_row(tmp_path):
+    lock = fake_real_lock(tmp_path, "mc-taco")
+    data = json.loads(lock.read_text())
+    data["data"]["mc-taco"]["row_sha256_16"] = None                 # as in the real lock before a verified import
+    R.atomic_write_json(lock, data)
+    bad = write(tmp_path / "bad.tsv", mutate(40, lambda s: s.replace(" ", "  ", 1)))
+    line = one_line_refusal(prepare("--cache", tmp_path / "c", "--lock", lock, "--data-file", bad))
+    assert "the differing idx cannot be named" in line
+    p = prepare("--cache", tmp_path / "c", "--lock", lock, "--data-file", FIXTURE, "--pin")
+    assert p.returncode == 0 and "per-row hash prefixes" in p.stdout, p.stdout + p.stderr
+    assert json.loads(lock.read_text())["data"]["mc-taco"]["row_sha256_16"] == \
+        [R.row_hash16(r, R.MCTACO) for r in R.read_mctaco_tsv(FIXTURE)]
+    line = one_line_refusal(prepare("--cache", tmp_path / "c", "--lock", lock, "--data-file", bad))
+    assert "first differing row: idx 40" in line
