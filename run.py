@@ -54,7 +54,11 @@ def parse_args(argv=None):
     p.add_argument("--smoke", action="store_true", help="first 2 development items of each experiment")
     p.add_argument("--split", choices=["dev", "confirm"], default="dev",
                    help="dev (default) or confirm: the 128 held-back confirmation items; only when you mean it")
-    p.add_argument("--data", default=shared["data"], help="data resource id from resources.lock.json")
+    p.add_argument("--data", help="data resource id (resources.lock.json, or a prepare.py --name import), routed by "
+                                  "its schema: SST-2-shaped data to protocol/options/extraction, MC-TACO-shaped "
+                                  "data (mc-taco, mc-taco-test, fixture-mctaco, ...) to mctaco; an experiment named "
+                                  "with data of the other schema is refused. Default: each experiment's own "
+                                  f"(SST-2: {shared['data']}; mctaco: config mctaco_data)")
     p.add_argument("--model", default=shared["model"], help="model resource id from resources.lock.json")
     p.add_argument("--no-sort-samples", action="store_true",
                    help="protocol experiment: reproduce lm-eval 0.4.9.2's doc_id defect by passing the item "
@@ -123,8 +127,34 @@ def import_experiments(names, chatter):
     return modules, time.perf_counter() - t0
 
 
+def route_data(args, modules, named):
+    """--data by schema (an experiment's DATA_SCHEMA: "sst2" by default, "mctaco", None for none). Returns
+    {experiment: config overrides}. MC-TACO data given to an SST-2 experiment, or SST-2 data to an experiment named
+    with --experiment that reads MC-TACO, is refused on one line; with no --experiment (every experiment), mctaco
+    keeps its own config mctaco_data when --data is SST-2-shaped (said on the console; config.json records which
+    data it scored and how it was chosen: experiments/mctaco.py data_routing)."""
+    given = args.data is not None
+    args.data = args.data if given else config.CONFIG["shared"]["data"]
+    entry = resources.load_manifest(args.cache)["resources"].get(args.data) if given else None
+    if not given or entry is None or entry.get("kind") != "data":
+        return {}                       # nothing to route (verified_inputs names a missing resource)
+    schema = entry.get("schema", "sst2")
+    wants = {n: getattr(m, "DATA_SCHEMA", "sst2") for n, m in modules.items()}
+    wrong = [n for n, w in wants.items() if w not in (None, schema)]
+    nouns = {"sst2": "SST-2-shaped", "mctaco": "MC-TACO-shaped"}
+    if wrong and (named or schema != "sst2"):
+        theirs = " / ".join(sorted({nouns.get(wants[n], wants[n]) for n in wrong}))
+        raise ResourceError(f"--data {args.data} is {nouns.get(schema, schema)} data; experiment(s) "
+                            f"{', '.join(wrong)} score {theirs} data: name data of that schema, or only the "
+                            "experiments that read it")
+    for n in wrong:
+        print(f"note: --data {args.data} is {nouns.get(schema, schema)}; {n} scores its own configured data")
+    return {n: {"mctaco_data": args.data} for n, w in wants.items() if w == "mctaco" and schema == "mctaco"}
+
+
 def verified_inputs(args):
     model_dir, parquet, model_identity, data_entry = resources.verified_inputs(args.cache, args.model, args.data)
+    parquet, data_entry = resources.verified_data(args.cache, args.data)
     return Inputs(cache=Path(args.cache), model_dir=model_dir, model_identity=model_identity, data_id=args.data,
                   parquet_path=parquet, data_content_sha256=data_entry["content_sha256"])
 
@@ -134,10 +164,12 @@ def options_of(args):
                    limit=args.limit, allow_partial_groups=args.allow_partial_groups, verbose=args.verbose)
 
 
-def context_for(module, args, inputs, options, stages):
-    """The experiment's Context: its effective config is its CONFIG_SECTIONS merged flat, with --model and --data."""
+def context_for(module, args, inputs, options, stages, routed=None):
+    """The experiment's Context: its effective config is its CONFIG_SECTIONS merged flat, with --model and --data
+    (and, for an experiment --data was routed to by schema, its own data key: route_data)."""
     split = "smoke" if args.smoke else args.split
-    effective = config.effective(module.CONFIG_SECTIONS, {"model": args.model, "data": args.data})
+    effective = config.effective(module.CONFIG_SECTIONS, {"model": args.model, "data": args.data,
+                                                          **(routed or {}).get(module.NAME, {})})
     return Context(name=module.NAME, split=split, config=effective, inputs=inputs, options=options, stages=stages)
 
 
@@ -362,7 +394,7 @@ def finish(out, env, installed, failed, chatter):
     print(f"evidence digest: sha256:{digest}")
 
 
-def run_experiments(args, modules, imports_s, inputs, options, env, done):
+def run_experiments(args, modules, imports_s, inputs, options, env, done, routed=None):
     """Every experiment in order; the worst exit code (0 or 1); `done` collects installed and failed names."""
     from experiments.evidence import Stages
 
@@ -371,7 +403,7 @@ def run_experiments(args, modules, imports_s, inputs, options, env, done):
         stages = Stages()
         if k == 0:  # the imports happened once, before the first experiment
             stages.stages.append({"name": "imports", "wall_s": round(imports_s, 4), "peak_rss_bytes_at_end": None})
-        ctx = context_for(module, args, inputs, options, stages)
+        ctx = context_for(module, args, inputs, options, stages, routed)
         code = run_experiment(module, ctx, env)
         exit_code = max(exit_code, code)
         if code == 0:
@@ -390,6 +422,7 @@ def run_all(args, chatter):
     check_out(args, EXPERIMENTS)
     modules, imports_s = import_experiments(list(dict.fromkeys(args.experiment or EXPERIMENTS)), chatter)
     check_limit(args, modules)
+    routed = route_data(args, modules, named=bool(args.experiment))
     inputs = verified_inputs(args)
     check_result_caches(args, modules, inputs)
     import torch
@@ -403,7 +436,7 @@ def run_all(args, chatter):
         print("*** CONFIRMATION SPLIT: scoring the 128 held-back items; every output says so ***")
     done = {"installed": [], "failed": []}
     try:
-        exit_code = run_experiments(args, modules, imports_s, inputs, options, env, done)
+        exit_code = run_experiments(args, modules, imports_s, inputs, options, env, done, routed)
     finally:       # also when a ResourceError stops the run: what was installed gets its manifest
         finished = finish_safely(out, env, done, chatter)
     return exit_code if finished else 2

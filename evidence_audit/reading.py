@@ -248,5 +248,8 @@ def resolve_cache(cfg, cache):
             return None, None
         model_dir, root = Path(recorded), Path(recorded).parent.parent
     parquet = root / "data" / data_id / "validation.parquet" if isinstance(data_id, str) else None
+    rel = cfg.get("data_parquet")      # an experiment may name its data file (mctaco: data/<id>/<split>.parquet)
+    if isinstance(rel, str) and not Path(rel).is_absolute() and ".." not in Path(rel).parts:
+        parquet = root / rel
     return model_dir, parquet
 

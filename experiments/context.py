@@ -9,6 +9,8 @@ An experiment module exposes
     data_label(ctx) -> str      the data the experiment scores, for the console header printed before run()
     run(ctx: Context) -> Result
     SUPPORTS_LIMIT              optional, default False: the experiment implements --limit N
+    DATA_SCHEMA                 optional, default "sst2": the schema of the --data it reads ("mctaco"; None: none);
+                                run.py routes --data by it and refuses a mismatch (run.route_data)
     DOCUMENTS_ARE_GROUP_PARTS   optional, default False: its documents are parts of a group, so --limit can cut a
                                 group and run.py refuses it unless --allow-partial-groups
 
@@ -33,8 +35,8 @@ class Inputs:
     cache: Path                  # the prepared cache root (prepare.py --cache)
     model_dir: Path              # a Hugging Face directory: config.json, model.safetensors, tokenizer files
     model_identity: dict         # id, dir, model_sha256, tokenizer_sha256, source
-    data_id: str                 # run.py --data (SST-2-shaped)
-    parquet_path: Path           # its verified validation split
+    data_id: str                 # run.py --data (SST-2-shaped unless routed to mctaco by schema)
+    parquet_path: Path           # its verified split (data/<id>/<split>.parquet)
     data_content_sha256: str     # canonical content hash of that split
 
 

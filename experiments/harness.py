@@ -48,6 +48,9 @@ def tasks_dir_of(ctx):
     return (Path(configured), True) if configured else (FIXTURES, False)
 
 
+DATA_SCHEMA = None   # reads no --data (its own task files): run.py routes no data here
+
+
 def data_label(ctx):
     """The task files the run will score, for run.py's console header (creates nothing)."""
     tasks_dir, configured = tasks_dir_of(ctx)

@@ -44,6 +44,7 @@ TASK_NAME = "mc_taco"
 # question's candidates), so run.py refuses it unless --allow-partial-groups is given.
 SUPPORTS_LIMIT = True
 DOCUMENTS_ARE_GROUP_PARTS = True
+DATA_SCHEMA = "mctaco"      # run.py routes MC-TACO-shaped --data here (config mctaco_data), SST-2-shaped data not
 
 # What lm-eval 0.4.9.2 does with `limit` (file, first-last line, a snippet those lines must contain, what it means).
 # check_shuffle_source() re-reads the installed files and fails the run if a snippet moved.
@@ -78,24 +79,53 @@ def data_label(ctx):
 
 
 def load_mctaco_rows(ctx):
-    """The MC-TACO resource named by config.mctaco_data, re-hashed through the manifest (nothing unverified is
-    read), its canonical content re-checked against the manifest and the lock. Returns (rows, parquet, entry)."""
+    """The MC-TACO resource named by config.mctaco_data (run.py sets it from an MC-TACO-shaped --data), re-hashed
+    through the manifest and checked against the lock that pins it (resources.lock.json, or CACHE/user.lock.json
+    for a prepare.py --name import), its rows re-verified against that lock's facts. Returns
+    (rows, parquet, manifest entry); the entry's "split" is the split the resource holds."""
     cache, data_id = ctx.inputs.cache, ctx.config["mctaco_data"]
-    entry = resources.verify_resource_files(cache, data_id, resources.load_manifest(cache))
+    parquet, entry = resources.verified_data(cache, data_id)
     if entry.get("schema") != "mctaco":
         raise ResourceError(f"{cache / resources.MANIFEST}: resource {data_id!r} is not MC-TACO-shaped data "
-                            f"(schema {entry.get('schema')!r}); set config mctaco_data")
-    parquet = cache / "data" / data_id / "validation.parquet"
-    if str(parquet.relative_to(cache)) not in entry["files"]:
-        raise ResourceError(f"{parquet}: not listed in the manifest; run: python prepare.py --cache {cache}")
+                            f"(schema {entry.get('schema', 'sst2')!r}); name MC-TACO data with --data")
     rows = resources.read_mctaco_parquet(parquet)
-    lock_entry = resources.load_lock()["data"].get(data_id, {})
-    resources.verify_rows(rows, {**lock_entry, "content_sha256": entry["content_sha256"]}, str(parquet),
-                          resources.MCTACO)
-    if lock_entry.get("content_sha256") != entry["content_sha256"]:
-        raise ResourceError(f"{parquet}: prepared with content sha256 {entry['content_sha256']}, the lock pins "
-                            f"{lock_entry.get('content_sha256')}; run: python prepare.py --cache {cache}")
+    lock_entry, _ = resources.data_lock_entry(cache, data_id)
+    resources.verify_rows(rows, lock_entry, str(parquet), resources.MCTACO)
     return rows, parquet, entry
+
+
+def data_split(entry):
+    return entry.get("split", "validation")
+
+
+def split_choice(entry):
+    """Which split lm-eval evaluates, and why: the stock mc_taco YAML names test_split "test" and lm-eval then
+    evaluates it (eval_docs, lm_eval/api/task.py:687-696). A test-split resource (mc-taco-test) is served as the
+    test split and that choice is followed; a validation-split resource is served as validation and the choice is
+    overridden by test_split None. Either way config.json records it."""
+    if data_split(entry) == "test":
+        return {"stock_task_evaluates": "test", "data_split": "test", "scored": "test", "stock_choice": "followed",
+                "how": "the verified parquet is served as the test split; test_split stays 'test'"}
+    return {"stock_task_evaluates": "test", "data_split": data_split(entry), "scored": data_split(entry),
+            "stock_choice": "overridden",
+            "how": "the verified parquet is served as the validation split and test_split is set to None"}
+
+
+def task_config_for(parquet, split):
+    """The installed YAML with the verified parquet served as `split` (see split_choice)."""
+    if split != "test":
+        return official.task_config(TASK_YAML, parquet, evaluate_validation=True)
+    cfg = official.task_config(TASK_YAML, parquet)
+    serve = cfg["custom_dataset"]
+
+    def serve_as_test(**metadata):
+        import datasets
+
+        d = serve(**metadata)   # {"validation": the verified rows, "train": none of them}
+        return datasets.DatasetDict({"test": d["validation"], "validation": d["train"], "train": d["train"]})
+
+    cfg["custom_dataset"] = serve_as_test
+    return cfg
 
 
 def select_documents(ctx, rows, questions):
@@ -119,7 +149,7 @@ def select_documents(ctx, rows, questions):
         idx = sorted(i for q in questions[:k] for i in q["idx"])
         return idx, {"rule": f"every document of the first {k} questions in dataset order", "mode": "smoke",
                      "limit": None}
-    return [r["idx"] for r in rows], {"rule": "every document of the validation split in dataset order",
+    return [r["idx"] for r in rows], {"rule": "every document of the data's split in dataset order",
                                       "mode": "all", "limit": None}
 
 
@@ -210,13 +240,13 @@ def check_shuffle_source():
     return out, no_shuffle
 
 
-def run_official(ctx, items, parquet, selection, limit_ns):
+def run_official(ctx, items, parquet, selection, limit_ns, split="validation"):
     """lm-eval on the documents (all of them, the smoke questions as sorted samples, or its own limit), then one
-    more lm-eval run per N of the limit demonstration, all on one HFLM."""
+    more lm-eval run per N of the limit demonstration, all on one HFLM; the data served as `split`."""
     seed = ctx.config["seed"]
     lm = two_paths.load_official_model(ctx)
     with ctx.stages.stage("official"):
-        cfg = official.task_config(TASK_YAML, parquet, evaluate_validation=True)
+        cfg = task_config_for(parquet, split)
         if selection["mode"] == "smoke":
             passed = sorted(it["idx"] for it in items)
             results = official.evaluate(lm, cfg, TASK_NAME, passed, seed)
@@ -226,17 +256,17 @@ def run_official(ctx, items, parquet, selection, limit_ns):
     limit_runs = {}
     with ctx.stages.stage("official_limit_runs"):
         for n in tqdm(limit_ns, desc="lm-eval limit runs", unit="run"):
-            r = official.evaluate(lm, official.task_config(TASK_YAML, parquet, evaluate_validation=True), TASK_NAME,
-                                  None, seed, limit=n)
+            r = official.evaluate(lm, task_config_for(parquet, split), TASK_NAME, None, seed, limit=n)
             limit_runs[n] = {"results": r["results"][TASK_NAME], "n_samples": r["n-samples"][TASK_NAME],
                              "samples": r["samples"][TASK_NAME]}
     boundaries = two_paths.official_boundaries(lm, items)
-    meta = {**official_meta(results, passed, selection), **official.lm_facts(lm, ctx.inputs.model_dir, ctx.config)}
+    meta = {**official_meta(results, passed, selection, split),
+            **official.lm_facts(lm, ctx.inputs.model_dir, ctx.config)}
     del lm
     return results["samples"][TASK_NAME], boundaries, meta, limit_runs
 
 
-def official_meta(results, passed, selection):
+def official_meta(results, passed, selection, split="validation"):
     """config.json "official": the task as loaded and as run, what was changed and why, lm-eval's own figures."""
     yaml_cfg = official.load_task_yaml(TASK_YAML)
     return {
@@ -246,12 +276,16 @@ def official_meta(results, passed, selection):
         "yaml_config": yaml_cfg,
         "dumped_task_config": results["configs"][TASK_NAME],
         "modifications": {
-            "custom_dataset": "serves the verified cache parquet as the validation split (+ an empty train split, "
+            "custom_dataset": f"serves the verified cache parquet as the {split} split (+ empty other splits, "
                               "unused: mc_taco names no training split); dataset_path 'mc_taco' is not loaded",
             "test_split": {"yaml": yaml_cfg.get("test_split"), "used": None,
                            "why": "lm-eval evaluates the test split whenever the YAML names one "
-                                  "(lm_eval/api/task.py:687-696 eval_docs); this experiment scores the "
-                                  "validation split, so test_split is set to None and eval_docs = validation"},
+                                  "(lm_eval/api/task.py:687-696 eval_docs); this data is a validation split, so "
+                                  "test_split is set to None and eval_docs = validation (the stock choice of the "
+                                  "test split is overridden)"} if split != "test" else
+                          {"yaml": yaml_cfg.get("test_split"), "used": yaml_cfg.get("test_split"),
+                           "why": "this data is the test split: it is served as the test split and the stock "
+                                  "task's choice (evaluate test) is followed, unchanged"},
         },
         "lm_eval_files_sha256": official.file_hashes(extra=[TASK_YAML, "__main__.py"]),
         "documents_passed_as_samples": passed,
@@ -271,8 +305,9 @@ def check_task_config(meta, config):
     bad = []
     for k, v in yaml_cfg.items():
         if k == "test_split":
-            if dumped.get(k) is not None:
-                bad.append((None, f"dumped_task_config.{k}", dumped.get(k), None))
+            used = meta["modifications"]["test_split"]["used"]
+            if dumped.get(k) != used:
+                bad.append((None, f"dumped_task_config.{k}", dumped.get(k), used))
         elif dumped.get(k) != v:
             bad.append((None, f"dumped_task_config.{k}", dumped.get(k), v))
     expected = {
@@ -346,7 +381,9 @@ def limit_ns_for(doc_idx, questions, config):
     ends = sorted({max(q["idx"]) + 1 for q in questions if max(q["idx"]) + 1 < n_docs})
     ns = {n: "config" for n in config["mctaco_limit_ns"] if 1 <= n < n_docs}
     if ends and not any(n in ends for n in ns):
-        b = min(ends, key=lambda e: (abs(e - n_docs / 2), e))
+        # the boundary nearest the largest configured N: on a whole real split (3,783 or 9,442 documents) a boundary
+        # near the middle would cost one more lm-eval run over half the split
+        b = min(ends, key=lambda e: (abs(e - max(ns, default=0)), e))
         ns[b] = "derived: a group boundary (no question cut)"
     if not any(n not in ends for n in ns):
         for e in [0] + ends:
@@ -520,10 +557,15 @@ def config_of(ctx, rows, data_entry, questions, doc_idx, selection, limit_ns, of
     return {
         "experiment": NAME, "split": ctx.split, "confirmation_items_scored": False,
         "data": config["mctaco_data"], "data_content_sha256": data_entry["content_sha256"], "n_rows": len(rows),
+        "data_split": data_split(data_entry), "split_choice": split_choice(data_entry),
+        "data_parquet": str(resources.data_parquet(ctx.inputs.cache, config["mctaco_data"], data_entry).relative_to(
+            ctx.inputs.cache)),
+        "data_routing": ("run.py --data (MC-TACO-shaped, routed here by schema)" if config["mctaco_data"] ==
+                         config["data"] else "config mctaco_data (run.py's --data was not given or is not "
+                                             "MC-TACO-shaped)"),
         "run_py_data": {"id": ctx.inputs.data_id, "content_sha256": ctx.inputs.data_content_sha256,
-                        "note": "run.py's --data resource (SST-2-shaped): verified by run.py, not read here. "
-                                "identity.json's data_content_sha256 is this experiment's own data, `data` / "
-                                "`data_content_sha256` above."},
+                        "note": "run.py's --data resource: verified by run.py. identity.json's data_content_sha256 "
+                                "is this experiment's own data, `data` / `data_content_sha256` above."},
         "selection": {**selection, "documents": doc_idx, "smoke_questions": config["mctaco_smoke_questions"],
                       "allow_partial_groups": ctx.options.allow_partial_groups,
                       "question_id": "sha256 of f'{sentence}\\t{question}' (UTF-8)"},
@@ -544,7 +586,8 @@ def run(ctx):
     limit_ns = limit_ns_for(doc_idx, questions, config)
     shuffle_source = check_shuffle_source()   # before any model is loaded: a moved source line stops the run early
 
-    samples, boundaries, official_meta, limit_runs = run_official(ctx, items, parquet, selection, list(limit_ns))
+    samples, boundaries, official_meta, limit_runs = run_official(ctx, items, parquet, selection, list(limit_ns),
+                                                                  data_split(data_entry))
     check_task_config(official_meta, config)
     independent, independent_meta = run_independent(ctx, items)
     two_paths.check_same_loading(official_meta, independent_meta)

@@ -25,7 +25,7 @@ MODEL_ID, DATA_ID = "smollm2-135m-instruct", "glue-sst2"
 MODEL_REPO, DATA_REPO = "HuggingFaceTB/SmolLM2-135M-Instruct", "nyu-mll/glue"
 MODEL_COMMIT, DATA_COMMIT, OTHER_COMMIT = "1" * 40, "2" * 40, "3" * 40
 PARQUET = "sst2/validation-00000-of-00001.parquet"
-MCTACO_ID, MCTACO_REPO, MCTACO_COMMIT = "mc_taco", "CogComp/mc_taco", "4" * 40
+MCTACO_ID, MCTACO_REPO, MCTACO_COMMIT = "mc-taco", "CogComp/mc_taco", "4" * 40
 MCTACO_PARQUET = "data/validation-00000-of-00001.parquet"
 
 
@@ -290,11 +290,12 @@ def test_sst2_data_pin_records_file_hash_and_row_hashes(hub, served_files, tmp_p
 
 
 def mctaco_lock(path, **facts):
-    """The real lock with mc_taco pointed at the served repository (its content facts null unless given)."""
+    """The real lock with mc-taco pointed at the served repository (its content facts null unless given: the real
+    split's pins would refuse the fixture the served repository holds)."""
     lock = resources.load_lock()
     entry = lock["data"][MCTACO_ID]
     entry["source"].update(revision=MCTACO_COMMIT, files={MCTACO_PARQUET: None})
-    entry.update(facts)
+    entry.update(dict.fromkeys(("content_sha256", "rows", "label_counts", "n_questions", "row_sha256_16")), **facts)
     resources.atomic_write_json(path, lock)
     return path
 

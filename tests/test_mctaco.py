@@ -119,9 +119,10 @@ def test_prepare_default_prepares_the_mctaco_fixture(prepared_cache):
 
 
 def test_hub_entry_without_a_pinned_revision_is_refused(tmp_path):
-    proc = run_cli("prepare.py", "--cache", tmp_path / "cache", "--data", "mc_taco")
+    proc = run_cli("prepare.py", "--cache", tmp_path / "cache", "--data", "mc-taco")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no pinned revision" in proc.stderr and proc.stderr.count("\n") == 1
+    assert "import a local copy of the authors' dev_3783.tsv: prepare.py --data-file PATH" in proc.stderr
 
 
 
@@ -136,7 +137,9 @@ def test_hub_path_pins_then_verifies_an_mctaco_parquet(tmp_path):
     buf = hub_style_parquet(rows)
     path, commit = "plain_text/validation-00000-of-00001.parquet", "4" * 40
     lock = resources.load_lock()
-    lock["data"]["mc_taco"]["source"].update(revision=commit, files={path: None})
+    lock["data"]["mc-taco"]["source"].update(revision=commit, files={path: None})
+    lock["data"]["mc-taco"].update(dict.fromkeys(("content_sha256", "rows", "label_counts", "n_questions",
+                                                  "row_sha256_16")))   # the real pins would refuse the fixture
     lock_path = tmp_path / "lock.json"
     resources.atomic_write_json(lock_path, lock)
     state = HubState()
@@ -145,17 +148,17 @@ def test_hub_path_pins_then_verifies_an_mctaco_parquet(tmp_path):
     with HubServer(state) as url:
         env = {"HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0", "HF_HOME": str(tmp_path / "hf_home"),
                "HF_HUB_DISABLE_TELEMETRY": "1"}
-        p = run_cli("prepare.py", "--cache", cache, "--lock", lock_path, "--data", "mc_taco", env=env)
+        p = run_cli("prepare.py", "--cache", cache, "--lock", lock_path, "--data", "mc-taco", env=env)
         assert p.returncode == 2 and "--pin" in p.stderr, p.stdout + p.stderr      # nothing to verify against yet
-        p = run_cli("prepare.py", "--cache", cache, "--lock", lock_path, "--data", "mc_taco", "--pin", env=env)
+        p = run_cli("prepare.py", "--cache", cache, "--lock", lock_path, "--data", "mc-taco", "--pin", env=env)
         assert p.returncode == 0, p.stdout + p.stderr
-        pinned = resources.load_lock(lock_path)["data"]["mc_taco"]
+        pinned = resources.load_lock(lock_path)["data"]["mc-taco"]
         assert pinned["source"]["files"][path]["sha256"] == resources.sha256_bytes(buf.getvalue())
         assert pinned["content_sha256"] == resources.load_lock()["data"]["fixture-mctaco"]["content_sha256"]
         assert pinned["rows"] == len(rows) and len(pinned["row_sha256_16"]) == len(rows)
-        p = run_cli("prepare.py", "--cache", cache, "--lock", lock_path, "--data", "mc_taco", env=env)
-        assert p.returncode == 0 and "verified: mc_taco" in p.stdout, p.stdout + p.stderr
-    assert resources.read_mctaco_parquet(cache / "data" / "mc_taco" / "validation.parquet") == rows
+        p = run_cli("prepare.py", "--cache", cache, "--lock", lock_path, "--data", "mc-taco", env=env)
+        assert p.returncode == 0 and "verified: mc-taco" in p.stdout, p.stdout + p.stderr
+    assert resources.read_mctaco_parquet(cache / "data" / "mc-taco" / "validation.parquet") == rows
 
 # ---- --limit: refused, unless partial groups are accepted ---------------------------------------------------------
 
@@ -247,6 +250,10 @@ def test_full_fixture_bit_exact_and_metrics_match_lm_eval(mctaco_run):
     assert dumped["doc_to_choice"] == ["no", "yes"] and dumped["doc_to_target"] == "label"
     assert dumped["metric_list"] == [{"metric": "acc"}, {"metric": "f1"}] and "test_split" not in dumped
     assert config["official"]["modifications"]["test_split"]["yaml"] == "test"
+    # a validation-split resource: the stock choice of the test split is overridden, and said so
+    assert config["data_split"] == "validation" and config["split_choice"]["stock_choice"] == "overridden"
+    assert config["data_parquet"] == "data/fixture-mctaco/validation.parquet"
+    assert config["data_routing"].startswith("config mctaco_data")       # no --data given
 
 
 @pytest.mark.slow

@@ -377,7 +377,8 @@ def test_prepare_data_writes_the_same_files_and_manifest(tmp_path):
         assert sha256_file(cache / rel) == sha and manifest[rid]["files"][rel]["sha256"] == sha
         facts = ("content_sha256", "rows", "label_counts") + (("n_questions", "schema") if "schema" in lock[rid] else ())
         assert {k: manifest[rid][k] for k in facts} == {k: lock[rid][k] for k in facts}
-        assert set(manifest[rid]) == {"kind", "source", "files", *facts}
+        assert set(manifest[rid]) == {"kind", "source", "files", "split", *facts}
+        assert manifest[rid]["split"] == lock[rid]["split"] == "validation"
     assert "62 rows, 15 questions, content sha256" in stdout  # the MC-TACO schema's own count is reported
 
 
@@ -385,7 +386,7 @@ def test_mctaco_copy_that_differs_names_the_row(tmp_path):
     """The same refusal for every schema: one line, the file and the first differing idx."""
     lock = load_json(R_LOCK)
     fixture = lock["data"]["fixture-mctaco"]
-    lock["data"]["mc_taco"].update({k: fixture[k] for k in ("content_sha256", "rows", "label_counts", "n_questions",
+    lock["data"]["mc-taco"].update({k: fixture[k] for k in ("content_sha256", "rows", "label_counts", "n_questions",
                                                             "row_sha256_16")})
     lock_path = tmp_path / "lock.json"
     lock_path.write_text(R.dumps(lock), encoding="utf-8")
@@ -394,7 +395,7 @@ def test_mctaco_copy_that_differs_names_the_row(tmp_path):
     bad = tmp_path / "bad.tsv"
     bad.write_text("".join(f"{r['sentence']}\t{r['question']}\t{r['answer']}\t{R.MCTACO_LABELS[r['label']]}\t"
                            f"{r['category']}\n" for r in rows), encoding="utf-8")
-    proc = run_cli("prepare.py", "--cache", tmp_path / "cache", "--lock", lock_path, "--data", "mc_taco",
+    proc = run_cli("prepare.py", "--cache", tmp_path / "cache", "--lock", lock_path, "--data", "mc-taco",
                    "--data-file", bad, env=NO_PIP)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "idx 7" in proc.stderr and str(bad) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -114,7 +114,7 @@ def mct_limit_ns(config_ns, n_docs, split_questions, doc_ids):
     ends = sorted({max(q["idx"]) + 1 for q in qs if max(q["idx"]) + 1 < n_docs})
     ns = {n: "config" for n in config_ns if 1 <= n < n_docs}
     if ends and not any(n in ends for n in ns):
-        ns[min(ends, key=lambda e: (abs(e - n_docs / 2), e))] = "derived: a group boundary (no question cut)"
+        ns[min(ends, key=lambda e: (abs(e - max(ns, default=0)), e))] = "derived: a group boundary (no question cut)"
     if not any(n not in ends for n in ns):
         for e in [0] + ends:
             if e + 2 < n_docs and e + 2 not in ends:
@@ -294,9 +294,11 @@ def official_task_problems(bad, cfg, prompt_t, choices, delim):
         bad.append("config.json official.dumped_task_config / official.yaml_config: missing")
         dumped, yaml_cfg = {}, {}
     for k, v in yaml_cfg.items():
-        if k == "test_split":
-            expect(bad, "config.json", "official.dumped_task_config.test_split", dumped.get(k), None,
-                   "the one change besides custom_dataset: lm-eval would evaluate the test split")
+        if k == "test_split":    # a test-split resource follows the stock choice; any other overrides it
+            expect(bad, "config.json", "official.dumped_task_config.test_split", dumped.get(k),
+                   v if cfg.get("data_split") == "test" else None,
+                   "the one change besides custom_dataset (unless the data is the test split): lm-eval would "
+                   "evaluate the test split")
             expect(bad, "config.json", "official.modifications.test_split.yaml",
                    get(cfg, "official.modifications.test_split.yaml"), v)
         else:
@@ -569,8 +571,9 @@ def data_parquet_check(C, name, cfg, records, parquet):
         return
     bad = []
     expect(bad, "config.json", "n_rows", cfg.get("n_rows", MISSING), len(rows), f"rows in {parquet}")
-    content = "".join(f"{i}\t{MCT_LABELS[r['label']] if r['label'] in (0, 1) else r['label']}\t"
-                      f"{r['category']}\t{r['sentence']}\t{r['question']}\t{r['answer']}\n" for i, r in enumerate(rows))
+    content = "".join(f"{i}\t{r['sentence']}\t{r['question']}\t{r['answer']}\t"
+                      f"{MCT_LABELS[r['label']] if r['label'] in (0, 1) else r['label']}\t{r['category']}\n"
+                      for i, r in enumerate(rows))
     expect(bad, "config.json", "data_content_sha256", cfg.get("data_content_sha256", MISSING), sha256_text(content),
            f"canonical MC-TACO content hash of {parquet}")
     questions = {}
