@@ -272,8 +272,8 @@ def run_experiment(module, ctx, env):
         result = module.run(ctx)
     except parallel.ShardScored:
         parallel.PLAN.runs[name] = parallel.rank_facts(name, ctx.stages.stages, started)
-        print(f"[{name}] shard {parallel.PLAN.rank + 1}/{parallel.PLAN.world} scored: "
-              f"{parallel.PLAN.runs[name]['items_scored']}")
+        counts = {call: len(keys) for call, keys in parallel.PLAN.runs[name]["items_scored"].items()}
+        print(f"[{name}] shard {parallel.PLAN.rank + 1}/{parallel.PLAN.world} scored (items per call): {counts}")
         return 0
     except IdentityMismatch as e:
         if parallel.is_writer():

@@ -22,7 +22,10 @@ order, the k-th to rank k mod N. `combine(metas, per_item)` builds the one meta 
 from the parts' metas (e.g. lm-eval's aggregate metrics over the gathered samples); by default the first part's.
 
 A part that raises stops every rank at the same gather: the exception is gathered too and each rank raises it
-again, naming the rank, its items and the original message (a ResourceError stays one, so bad input still exits 2).
+again, naming the rank, its items and the original message; ResourceError, ScoringError and IdentityMismatch keep
+their class (so run.py's exit codes stay: bad input 2, a scoring error or a mismatch 1), anything else becomes a
+RankFailure (exit 1). A rank that dies outright (killed, out of memory) is noticed by the launcher, which stops the
+others; a rank that stops answering fails the collectives after EVAL_DIST_TIMEOUT_S (default 1800 s).
 """
 import json
 import os
@@ -59,7 +62,7 @@ class Plan:
     backend: str = ""
     recorded: dict = field(default_factory=dict)   # shard: {experiment: {call: {"items": [[key, value]], "meta"}}}
     replay: dict = field(default_factory=dict)     # replay: {experiment: {call: [(shard label, part), ...]}}
-    scored: dict = field(default_factory=dict)     # {experiment: {call: n items this rank scored}}
+    scored: dict = field(default_factory=dict)     # {experiment: {call: [keys of the items this rank scored]}}
     runs: dict = field(default_factory=dict)       # shard: {experiment: rank_facts}
     shard_runs: list = field(default_factory=list)  # replay: the shards' SHARD.json "run" (+ "shard": k)
 
@@ -157,7 +160,7 @@ def shard_map(ctx, call, items, fn, group=default_key, key=default_key, combine=
         parts = replayed_parts(ctx.name, call, items, group, key)
     else:
         part = part_of(items, group, PLAN.rank, PLAN.world)
-        PLAN.scored.setdefault(ctx.name, {})[call] = len(part)
+        PLAN.scored.setdefault(ctx.name, {})[call] = [key(it) for it in part]
         if PLAN.mode == "shard":
             if not part and not may_be_empty:
                 raise ResourceError(f"--shard {PLAN.rank + 1}/{PLAN.world}: this shard gets no item of {ctx.name} "
@@ -192,6 +195,14 @@ def raise_failure(name, call, failed):
                f"{p['error']}" + (f"; {len(failed) - 1} other rank(s) failed too" if len(failed) > 1 else ""))
     if p["kind"] == "ResourceError":
         raise ResourceError(message)
+    if p["kind"] == "ScoringError":
+        from experiments.scoring import ScoringError
+
+        raise ScoringError(message)
+    if p["kind"] == "IdentityMismatch":
+        from experiments.evidence import IdentityMismatch
+
+        raise IdentityMismatch(message, [tuple(r) for r in p["rows"]])
     raise RankFailure(message, p["kind"], p["rows"])
 
 
