@@ -30,6 +30,7 @@ others; a rank that stops answering fails the collectives after EVAL_DIST_TIMEOU
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -99,6 +100,23 @@ def init_distributed(device="cpu"):
     PLAN.mode, PLAN.rank, PLAN.world = "distributed", dist.get_rank(), dist.get_world_size()
     PLAN.launcher, PLAN.backend = launcher, backend
     return PLAN
+
+
+HIDDEN_FROM_LM_EVAL = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PMI_SIZE", "PMI_RANK",
+                      "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE")
+
+
+@contextmanager
+def one_process_lm_eval():
+    """While lm-eval's HFLM is built: the launcher's variables hidden, so that accelerate (which HFLM asks) sees one
+    process and lm-eval does not start data parallelism of its own (lm_eval/models/huggingface.py:129-132, 303-325:
+    with several GPUs and several processes it would split and gather the requests itself). Each rank then drives
+    its own single-process HFLM on its own part; the caller checks lm.world_size == 1."""
+    saved = {k: os.environ.pop(k) for k in HIDDEN_FROM_LM_EVAL if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def shutdown():
