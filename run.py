@@ -285,10 +285,17 @@ def run_experiment(module, ctx, env):
     data_parallel = rank_stages(name, ctx, started)     # collective: every rank of a distributed run is here
     if not parallel.is_writer():
         return 0
-    disk_errors(write_evidence, out, ctx, module, result, env, started, data_parallel)
     print(f"[{name}] {result.headline}")
-    print(f"[{name}] evidence: {out / name}/ (private texts: {out / 'private' / name}/)")
+    if parallel.PLAN.mode == "replay":          # a merge installs nothing before every experiment replayed
+        parallel.PLAN.pending.append((out, ctx, module, result, env, time.perf_counter() - started, data_parallel))
+        return 0
+    install_evidence(out, ctx, module, result, env, started, data_parallel)
     return 0
+
+
+def install_evidence(out, ctx, module, result, env, started, data_parallel):
+    disk_errors(write_evidence, out, ctx, module, result, env, started, data_parallel)
+    print(f"[{ctx.name}] evidence: {out / ctx.name}/ (private texts: {out / 'private' / ctx.name}/)")
 
 
 def disk_errors(write, out, *args):
@@ -409,10 +416,14 @@ def run_experiments(args, modules, imports_s, inputs, options, env, done):
         ctx = context_for(module, args, inputs, options, stages)
         code = run_experiment(module, ctx, env)
         exit_code = max(exit_code, code)
-        if code == 0 and parallel.PLAN.mode != "shard":
+        if code == 0 and parallel.PLAN.mode not in ("shard", "replay"):
             done["installed"].append(module.NAME)
         elif (options.out / f"{module.NAME}.FAILED.json").exists():
             done["failed"].append(module.NAME)
+    for out, ctx, module, result, env, elapsed, data_parallel in parallel.PLAN.pending:
+        # --merge: every experiment replayed (every shard item found); its own wall time is kept
+        install_evidence(out, ctx, module, result, env, time.perf_counter() - elapsed, data_parallel)
+        done["installed"].append(ctx.name)
     return exit_code
 
 

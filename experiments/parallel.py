@@ -66,6 +66,7 @@ class Plan:
     scored: dict = field(default_factory=dict)     # {experiment: {call: [keys of the items this rank scored]}}
     runs: dict = field(default_factory=dict)       # shard: {experiment: rank_facts}
     shard_runs: list = field(default_factory=list)  # replay: the shards' SHARD.json "run" (+ "shard": k)
+    pending: list = field(default_factory=list)     # replay: evidence installed once every experiment replayed
 
 
 PLAN = Plan()

@@ -101,13 +101,22 @@ def check_shards(directories):
 
 
 def replay_table(docs):
-    """parallel.PLAN.replay: {experiment: {call: [(label, k - 1, part), ...]}} from the checked shards."""
-    table = {}
+    """parallel.PLAN.replay: {experiment: {call: [(label, k - 1, part), ...]}} from the checked shards. An item in
+    two shards is refused here, before anything runs (missing and foreign items need the selection: at replay)."""
+    table, seen = {}, {}
     for d, doc in docs:
         k = doc["shard"]["k"]
         for name, calls in doc["results"].items():
             for call, part in calls.items():
-                if not (isinstance(part, dict) and isinstance(part.get("items"), list)):
-                    raise ResourceError(f"--merge {d}: results of {name} {call} malformed")
-                table.setdefault(name, {}).setdefault(call, []).append((f"{d} (shard {k})", k - 1, part))
+                if not (isinstance(part, dict) and isinstance(part.get("items"), list)
+                        and all(isinstance(p, list) and len(p) == 2 for p in part["items"])):
+                    raise ResourceError(f"--merge {d}: results of {name} {call} malformed (expected items as "
+                                        "[key, value] pairs)")
+                label = f"{d} (shard {k})"
+                for key, _ in part["items"]:
+                    where = seen.setdefault((name, call, json.dumps(key)), label)
+                    if where != label:
+                        raise ResourceError(f"--merge: {name} {call} item {key} is in both {where} and {label}; "
+                                            "shards must not overlap")
+                table.setdefault(name, {}).setdefault(call, []).append((label, k - 1, part))
     return table
