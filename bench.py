@@ -2,6 +2,7 @@
 
     python bench.py --cache ./cache --n 200                       # the sentiment fixture (offline), 200 items
     python bench.py --cache ./cache --data glue-sst2              # any prepared SST-2-shaped data, all rows
+    python bench.py --cache ./cache --scaling --out scaling.json  # run.py in 1 vs 2 processes (torchrun, gloo)
 
 Methods (each in a fresh subprocess, so peak RSS is per method; the timed span is scoring only, after the model
 is loaded and one untimed warm-up item):
@@ -203,6 +204,11 @@ def build_parser():
     ap.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     ap.add_argument("--out", default="bench.json", help="where to write the results (default bench.json)")
     ap.add_argument("--timeout", type=float, default=3600, help="per-method timeout in seconds")
+    ap.add_argument("--scaling", action="store_true",
+                    help="instead of the methods: data-parallel scaling, run.py in 1 process vs torchrun with 2 "
+                         "(one torch thread each, the same items; see scaling_main)")
+    ap.add_argument("--experiment", default="protocol", help="--scaling: the experiment run (default protocol)")
+    ap.add_argument("--split", default="dev", help="--scaling: dev (default, 64 items) or smoke")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
@@ -297,6 +303,96 @@ def targets_of(table):
             "peak_rss_under_2GB_all_methods": all(r["peak_rss_mib"] * 2**20 < 2e9 for r in table)}
 
 
+# ---- data-parallel scaling (--scaling): 1 process vs torchrun with 2, one torch thread each ------------------
+
+def scaling_run(args, nproc, out):
+    """`run.py --experiment E --no-cache` in one process (nproc 1) or under torchrun; (wall seconds, load after)."""
+    import socket
+
+    env = dict(os.environ, EVAL_TORCH_THREADS="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    run = [str(REPO / "run.py"), "--cache", args.cache, "--out", str(out), "--model", args.model, "--data",
+           args.data, "--experiment", args.experiment, "--no-cache", *(["--smoke"] if args.split == "smoke" else [])]
+    if nproc > 1:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        run = ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
+               "--master_port", str(port), *run]
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, *run], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=args.timeout)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"bench --scaling: {nproc} process(es) failed (exit {proc.returncode}):\n"
+                         f"{proc.stderr[-3000:]}")
+    return wall
+
+
+def item_tokens(records):
+    """{idx: input tokens both paths run through the model for that item}: per candidate, context + candidate
+    tokens, once for lm-eval and once for the independent path (the work of one rank's item, parity mode)."""
+    out = {}
+    for r in records:
+        n = sum(r["context_tokens"] + len(c["token_ids"]) for c in r["candidates"])
+        out[r["idx"]] = out.get(r["idx"], 0) + 2 * n
+    return out
+
+
+def scaling_ranks(out, experiment):
+    """Per rank: items scored, input tokens, scoring seconds (the official* and independent* stages, model loads
+    left out), tokens/s, items/s and peak RSS; a one-process run is one rank."""
+    stages = json.loads((out / experiment / "stages.json").read_text())
+    records = [json.loads(l) for l in (out / experiment / "records.jsonl").read_text().splitlines()]
+    tokens = item_tokens(records)
+    ranks = (stages.get("data_parallel") or {}).get("ranks") or [
+        {"rank": 0, "stages": stages["stages"], "items_scored": {"independent": sorted(tokens)},
+         "peak_rss_bytes": max(s["peak_rss_bytes_at_end"] or 0 for s in stages["stages"])}]
+    rows = []
+    for r in ranks:
+        mine = r["items_scored"]["independent"]
+        scoring_s = sum(s["wall_s"] for s in r["stages"]
+                        if s["name"].startswith(("official", "independent")) and not s["name"].endswith("model_load"))
+        n_tok = sum(tokens[i] for i in mine)
+        rows.append({"rank": r["rank"], "items": len(mine), "input_tokens": n_tok, "scoring_s": round(scoring_s, 3),
+                     "tokens_per_s": round(n_tok / scoring_s, 1) if scoring_s else None,
+                     "items_per_s": round(len(mine) / scoring_s, 3) if scoring_s else None,
+                     "peak_rss_mib": round(r["peak_rss_bytes"] / 2 ** 20, 1)})
+    return rows, records
+
+
+def scaling_main(args):
+    """1 process vs 2 (torchrun, gloo), one torch thread each, the same items; the records must be identical.
+    Writes the "scaling" report to --out (default bench.json)."""
+    load_before = os.getloadavg()
+    result, records = {}, {}
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as tmp:
+        for nproc in (1, 2):
+            out = Path(tmp) / f"n{nproc}"
+            wall = scaling_run(args, nproc, out)
+            ranks, records[nproc] = scaling_ranks(out, args.experiment)
+            n_items = len({r["idx"] for r in records[nproc]})
+            result[nproc] = {"processes": nproc, "wall_s": round(wall, 2), "items": n_items,
+                             "items_per_s": round(n_items / wall, 3), "ranks": ranks}
+            print(f"scaling: {nproc} process(es): {wall:.1f} s wall, {n_items / wall:.3f} items/s; " + "; ".join(
+                f"rank {r['rank']}: {r['items']} items, {r['tokens_per_s']} tokens/s, {r['items_per_s']} items/s "
+                f"scoring, peak RSS {r['peak_rss_mib']} MiB" for r in ranks))
+    if records[1] != records[2]:
+        raise SystemExit("bench --scaling: the 2-process records differ from the 1-process records")
+    report = {"scaling": {"experiment": args.experiment, "split": args.split, "model": args.model, "data": args.data,
+                          "threads_per_process": 1, "runs": [result[1], result[2]],
+                          "speedup_wall": round(result[1]["wall_s"] / result[2]["wall_s"], 3),
+                          "records_identical": True, "load_average_before": load_before,
+                          "load_average_after": os.getloadavg(), "cpu_count": os.cpu_count(),
+                          "wall_s_meaning": "the whole run.py command: imports, model loads (both paths, every "
+                                            "process), scoring, evidence; scoring_s per rank: its official* and "
+                                            "independent* stages only", "command_line": sys.argv}}
+    print(f"scaling: speed-up (wall) {report['scaling']['speedup_wall']}x; load average {load_before[0]:.2f} before, "
+          f"{report['scaling']['load_average_after'][0]:.2f} after")
+    Path(args.out).write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
 def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -304,6 +400,8 @@ def main(argv=None):
         return sgemm_worker(args.result)
     if args.worker:
         return worker(args.worker, args.spec, args.result)
+    if args.scaling:
+        return scaling_main(args)
 
     from resources import ResourceError, fail, verified_data, verified_inputs
 

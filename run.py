@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import importlib
 import json
+import os
 import shutil
 import sqlite3
 import sys
@@ -83,10 +84,29 @@ def parse_args(argv=None):
                         "(printed) and write this run into OUT; without it such an --out is refused")
     p.add_argument("--verbose", action="store_true",
                    help="print the libraries' own log messages and warnings on the console (default: O/run.log)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="score only shard K of N (1-based; the fixed rule of experiments/parallel.py) into --out, "
+                        "the shard's own directory (SHARD.json: raw results, not evidence), for schedulers without a "
+                        "shared launcher (Slurm arrays); join the N directories with --merge")
+    p.add_argument("--merge", nargs="+", metavar="SHARD_OUT",
+                   help="join the --out directories of every --shard K/N of one run into normal evidence in --out; "
+                        "the scoring arguments come from the shards (give only --cache, --out, --replace, --verbose)")
     args = p.parse_args(argv)
     if args.smoke and args.split == "confirm":
         p.error("--smoke takes development items; it cannot be combined with --split confirm")
+    if args.shard is not None:
+        args.shard = parse_shard(args.shard) or p.error(f"--shard {args.shard}: expected K/N with 1 <= K <= N")
+    if args.shard and args.merge:
+        p.error("--shard scores one shard, --merge joins them: give one of the two")
     return args
+
+
+def parse_shard(text):
+    """(K, N) from 'K/N' with 1 <= K <= N, else None."""
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        return None
+    return int(k), int(n)
 
 
 def check_flags(args):
@@ -211,12 +231,14 @@ def install(tmp_dir, final_dir):
         shutil.rmtree(old.parent)
 
 
-def write_evidence(out, ctx, module, result, env, started):
+def write_evidence(out, ctx, module, result, env, started, data_parallel=None):
     """Every evidence file of one experiment, written into temp directories inside the areas they become
     (O/.tmp-<exp>-*, O/private/.tmp-<exp>-*) and installed by rename.
 
     stages.json's total_wall_s is this experiment's own wall time: from `started` (just before run(ctx)) to the
-    end of the write stage. O/private/<exp>/run.json ties the private half to the public one (the run id)."""
+    end of the write stage. O/private/<exp>/run.json ties the private half to the public one (the run id).
+    A data-parallel run (or a merge) adds stages.json "data_parallel": world size and every rank's (or shard's)
+    own stages, wall time and peak RSS."""
     from experiments.evidence import write_json, write_jsonl
 
     name, stages = ctx.name, ctx.stages
@@ -237,7 +259,8 @@ def write_evidence(out, ctx, module, result, env, started):
         write_json(tmp / "stages.json", {"stages": stages.stages, "tokens": result.token_stats,
                                          "threads": ctx.config["threads"],
                                          "total_wall_s": round(time.perf_counter() - started, 4),
-                                         "peak_rss_semantics": "process peak RSS up to the end of the stage"})
+                                         "peak_rss_semantics": "process peak RSS up to the end of the stage",
+                                         **({"data_parallel": data_parallel} if data_parallel else {})})
         install(tmp, out / name)
         install(tmp_private, out / "private" / name)
     finally:
@@ -272,21 +295,39 @@ def run_experiment(module, ctx, env):
     from experiments.evidence import IdentityMismatch
     from experiments.scoring import ScoringError
 
+    from experiments import parallel
+
     out, name = ctx.options.out, ctx.name
     print(f"[{name}] split={ctx.split} data={module.data_label(ctx)} model={ctx.inputs.model_identity['id']}")
     started = time.perf_counter()
     try:
         result = module.run(ctx)
+    except parallel.ShardScored:
+        parallel.PLAN.runs[name] = parallel.rank_facts(name, ctx.stages.stages, started)
+        counts = {call: len(keys) for call, keys in parallel.PLAN.runs[name]["items_scored"].items()}
+        print(f"[{name}] shard {parallel.PLAN.rank + 1}/{parallel.PLAN.world} scored (items per call): {counts}")
+        return 0
     except IdentityMismatch as e:
-        disk_errors(write_failure, out, name, e)
+        if parallel.is_writer():
+            disk_errors(write_failure, out, name, e)
         return 1
-    except ScoringError as e:
+    except (ScoringError, parallel.RankFailure) as e:
         print(f"error: [{name}] {e}", file=sys.stderr)
         return 1
-    disk_errors(write_evidence, out, ctx, module, result, env, started)
+    data_parallel = rank_stages(name, ctx, started)     # collective: every rank of a distributed run is here
+    if not parallel.is_writer():
+        return 0
     print(f"[{name}] {result.headline}")
-    print(f"[{name}] evidence: {out / name}/ (private texts: {out / 'private' / name}/)")
+    if parallel.PLAN.mode == "replay":          # a merge installs nothing before every experiment replayed
+        parallel.PLAN.pending.append((out, ctx, module, result, env, time.perf_counter() - started, data_parallel))
+        return 0
+    install_evidence(out, ctx, module, result, env, started, data_parallel)
     return 0
+
+
+def install_evidence(out, ctx, module, result, env, started, data_parallel):
+    disk_errors(write_evidence, out, ctx, module, result, env, started, data_parallel)
+    print(f"[{ctx.name}] evidence: {out / ctx.name}/ (private texts: {out / 'private' / ctx.name}/)")
 
 
 def disk_errors(write, out, *args):
@@ -396,6 +437,7 @@ def finish(out, env, installed, failed, chatter):
 
 def run_experiments(args, modules, imports_s, inputs, options, env, done, routed=None):
     """Every experiment in order; the worst exit code (0 or 1); `done` collects installed and failed names."""
+    from experiments import parallel
     from experiments.evidence import Stages
 
     exit_code = 0
@@ -406,40 +448,218 @@ def run_experiments(args, modules, imports_s, inputs, options, env, done, routed
         ctx = context_for(module, args, inputs, options, stages, routed)
         code = run_experiment(module, ctx, env)
         exit_code = max(exit_code, code)
-        if code == 0:
+        if code == 0 and parallel.PLAN.mode not in ("shard", "replay"):
             done["installed"].append(module.NAME)
         elif (options.out / f"{module.NAME}.FAILED.json").exists():
             done["failed"].append(module.NAME)
+    for out, ctx, module, result, env, elapsed, data_parallel in parallel.PLAN.pending:
+        # --merge: every experiment replayed (every shard item found); its own wall time is kept
+        install_evidence(out, ctx, module, result, env, time.perf_counter() - elapsed, data_parallel)
+        done["installed"].append(ctx.name)
     return exit_code
 
 
 def run_all(args, chatter):
-    """Every requested experiment in order; the worst exit code (0 or 1). Raises ResourceError (exit 2)."""
-    from experiments import EXPERIMENTS
+    """Every requested experiment in order; the worst exit code (0 or 1). Raises ResourceError (exit 2).
+
+    Under torchrun / accelerate launch every rank runs this; rank 0 alone checks and writes O (its checks' verdicts
+    are broadcast, so a refusal stops every rank with the same line)."""
+    from experiments import EXPERIMENTS, parallel
     from experiments.evidence import environment, new_run_id
 
     check_flags(args)
-    check_out(args, EXPERIMENTS)
+    shard_docs = launch(args)
+    check_flags(args)
+    on_rank0(check_out, args, EXPERIMENTS)
     modules, imports_s = import_experiments(list(dict.fromkeys(args.experiment or EXPERIMENTS)), chatter)
     check_limit(args, modules)
     routed = route_data(args, modules, named=bool(args.experiment))
+    check_parallel(args, modules)
     inputs = verified_inputs(args)
-    check_result_caches(args, modules, inputs)
+    on_rank0(check_result_caches, args, modules, inputs)
     import torch
 
-    out = setup_out(args, EXPERIMENTS)
+    out = on_rank0(setup_out, args, EXPERIMENTS) or Path(args.out)
     options = options_of(args)
-    env = {**environment(config.CONFIG["shared"]["threads"]), "run_id": new_run_id()}
-    chatter.to_file(out / "run.log", " ".join(["run.py", *sys.argv[1:]]) + f" (run id {env['run_id']})")
+    env = parallel.broadcast({**environment(config.CONFIG["shared"]["threads"]), "run_id": new_run_id()})
+    identity = check_merge_identity(args, modules, inputs, env, shard_docs)
+    if parallel.is_writer():
+        chatter.to_file(out / "run.log", " ".join(["run.py", *sys.argv[1:]]) + f" (run id {env['run_id']})")
     torch.set_num_threads(config.CONFIG["shared"]["threads"])  # process-wide: both paths alike
     if args.split == "confirm":
         print("*** CONFIRMATION SPLIT: scoring the 128 held-back items; every output says so ***")
     done = {"installed": [], "failed": []}
+    started = time.perf_counter()
     try:
         exit_code = run_experiments(args, modules, imports_s, inputs, options, env, done, routed)
+        if exit_code == 0 and parallel.PLAN.mode == "shard":
+            write_shard_file(out, identity, env)
     finally:       # also when a ResourceError stops the run: what was installed gets its manifest
-        finished = finish_safely(out, env, done, chatter)
+        env = with_rank_environment(env, started)
+        finished = finish_safely(out, env, done, chatter) if parallel.is_writer() else True
     return exit_code if finished else 2
+
+
+# ---- data parallelism: torchrun / accelerate launch, --shard K/N, --merge (experiments/parallel.py) -------------
+
+OWN_ARGS = ("cache", "out", "replace", "verbose", "shard", "merge")   # where and how a run writes, not what it scores
+
+
+def scoring_args(args):
+    """The arguments that decide what a run scores: part of a shard's identity, and what --merge takes over."""
+    return {k: v for k, v in sorted(vars(args).items()) if k not in OWN_ARGS}
+
+
+def launch(args):
+    """Set parallel.PLAN: replay (--merge: the shards are checked, their scoring arguments become this run's),
+    shard (--shard K/N), distributed (torchrun / accelerate launch: WORLD_SIZE > 1) or single. Returns the checked
+    shards [(directory, SHARD.json)] of a merge, else None. Ranks above 0 print nothing on stdout."""
+    from experiments import parallel, shards
+
+    plan = parallel.PLAN
+    if args.merge:
+        defaults = vars(parse_args(["--cache", "-", "--out", "-"]))
+        given = [k for k, v in scoring_args(args).items() if v != defaults[k]]
+        if given:
+            raise ResourceError(f"--merge takes the scoring arguments from the shards; leave out "
+                                f"--{given[0].replace('_', '-')}")
+        docs = shards.check_shards([Path(d) for d in args.merge])
+        shard_args = docs[0][1]["identity"].get("args")
+        if not isinstance(shard_args, dict) or set(shard_args) != set(scoring_args(args)):
+            raise ResourceError(f"--merge {docs[0][0]}: its arguments {sorted(shard_args or [])} are not this "
+                                f"run.py's {sorted(scoring_args(args))}; merge with the code that wrote the shards")
+        for k, v in shard_args.items():
+            setattr(args, k, v)
+        plan.mode, plan.world, plan.launcher = "replay", docs[0][1]["shard"]["n"], "shards"
+        plan.replay = shards.replay_table(docs)
+        plan.shard_runs = [{"shard": doc["shard"]["k"], **doc["run"]} for _, doc in docs]
+        return docs
+    if args.shard:
+        if parallel.launcher_from_env():
+            raise ResourceError("--shard K/N is for separate processes (e.g. a Slurm array); under torchrun or "
+                                "accelerate launch leave it out: the ranks share the work themselves")
+        plan.mode, plan.rank, plan.world, plan.launcher = "shard", args.shard[0] - 1, args.shard[1], "shards"
+        return None
+    parallel.init_distributed(config.CONFIG["shared"]["device"])
+    if plan.rank > 0:
+        sys.stdout = open(os.devnull, "w")
+    return None
+
+
+def check_parallel(args, modules):
+    """Under data parallelism: every experiment must route its scoring through parallel.shard_map, and --fast is
+    refused (a fast-mode score depends on its batch neighbours, which the ranks split)."""
+    from experiments import parallel
+
+    if parallel.PLAN.mode == "single":
+        return
+    how = {"distributed": f"{parallel.PLAN.launcher} with {parallel.PLAN.world} processes",
+           "shard": "--shard", "replay": "--merge"}[parallel.PLAN.mode]
+    bad = [n for n, m in modules.items() if not getattr(m, "DATA_PARALLEL", False)]
+    if bad:
+        from experiments import EXPERIMENTS
+
+        ok = [n for n in EXPERIMENTS if getattr(importlib.import_module(f"experiments.{n}"), "DATA_PARALLEL", False)]
+        raise ResourceError(f"{how}: experiment(s) {', '.join(bad)} do not run data-parallel; name the ones that do "
+                            f"with --experiment ({', '.join(ok)}), and run the others in one process")
+    if args.fast:
+        raise ResourceError(f"{how}: --fast is refused: a fast-mode score depends on its batch neighbours, which a "
+                            "data-parallel run splits; run --fast in one process")
+
+
+def on_rank0(fn, *fn_args):
+    """fn(*fn_args) on rank 0 only (every process outside a distributed run); its ResourceError, or its result, is
+    broadcast, so every rank stops with the same line or goes on."""
+    from experiments import parallel
+
+    result, error = None, None
+    if parallel.is_writer():
+        try:
+            result = fn(*fn_args)
+        except ResourceError as e:
+            error = str(e)
+    error = parallel.broadcast(error)
+    if error:
+        raise ResourceError(error)
+    return result
+
+
+def shard_identity(args, modules, inputs, env):
+    """What every shard of one run shares, and a merge must find again: the scoring arguments, each experiment's
+    effective config, model, tokenizer and data hashes, code hash, library versions, the number of shards."""
+    from experiments import parallel
+    from experiments.evidence import Stages
+
+    options = options_of(args)
+    return {"args": scoring_args(args), "n_shards": parallel.PLAN.world,
+            "configs": {name: context_for(m, args, inputs, options, Stages()).config for name, m in modules.items()},
+            "model_sha256": inputs.model_identity["model_sha256"],
+            "tokenizer_sha256": inputs.model_identity["tokenizer_sha256"],
+            "data_content_sha256": inputs.data_content_sha256,
+            "code_sha256": env["code_sha256"], "versions": env["versions"]}
+
+
+def check_merge_identity(args, modules, inputs, env, shard_docs):
+    """This run's shard identity (shard and replay modes); a merge refuses shards whose identity is not the one this
+    code, config and cache give (one line naming the first difference)."""
+    from experiments import parallel, shards
+
+    if parallel.PLAN.mode not in ("shard", "replay"):
+        return None
+    identity = shard_identity(args, modules, inputs, env)
+    if shard_docs:
+        diff = shards.first_difference(shard_docs[0][1]["identity"], identity)
+        if diff:
+            raise ResourceError(f"--merge {shard_docs[0][0]}: the shards' identity is not this run's ({diff}); merge "
+                                "with the code, config and cache that wrote them")
+    return identity
+
+
+def write_shard_file(out, identity, env):
+    from experiments import parallel, shards
+
+    plan = parallel.PLAN
+    shards.write_shard(out, plan.rank + 1, plan.world, identity, plan.recorded,
+                       {"run_id": env["run_id"], "environment": env, "experiments": plan.runs})
+    print(f"shard {plan.rank + 1}/{plan.world}: {out / shards.NAME} (not evidence: join every shard with "
+          f"run.py --merge ... --out O)")
+
+
+def rank_stages(name, ctx, started):
+    """stages.json "data_parallel" of a distributed run (every rank's own stages, gathered: collective) or of a
+    merge (the shards'); None in one process."""
+    from experiments import parallel
+
+    plan = parallel.PLAN
+    if plan.mode == "distributed":
+        ranks = parallel.all_gather(parallel.rank_facts(name, ctx.stages.stages, started))
+    elif plan.mode == "replay":
+        ranks = [{"shard": r["shard"], "run_id": r["run_id"], **r["experiments"].get(name, {})}
+                 for r in plan.shard_runs]
+    else:
+        return None
+    return {**parallel.describe(), "ranks": ranks}
+
+
+def with_rank_environment(env, started):
+    """environment.json "data_parallel" (not in one process): the world size, the launcher, and every rank's host,
+    pid, wall time and peak RSS (gathered: collective), or every shard's run id, host, CPU and peak RSS."""
+    from experiments import parallel
+    from experiments.evidence import peak_rss_bytes
+
+    plan = parallel.PLAN
+    if plan.mode in ("single", "shard"):
+        return env
+    if plan.mode == "distributed":
+        ranks = parallel.all_gather({"rank": plan.rank, "host": os.uname().nodename, "pid": os.getpid(),
+                                     "wall_s": round(time.perf_counter() - started, 4),
+                                     "peak_rss_bytes": peak_rss_bytes()})
+    else:
+        ranks = [{"shard": r["shard"], "run_id": r["run_id"], "host": r["experiments"] and
+                  next(iter(r["experiments"].values())).get("host"), "cpu": r["environment"].get("cpu"),
+                  "peak_rss_bytes": max((e.get("peak_rss_bytes") or 0 for e in r["experiments"].values()),
+                                        default=None)} for r in plan.shard_runs]
+    return {**env, "data_parallel": {**parallel.describe(), "ranks": ranks}}
 
 
 def finish_safely(out, env, done, chatter):
@@ -467,6 +687,9 @@ def main(argv=None):
         return 2
     finally:
         chatter.close()
+        from experiments import parallel
+
+        parallel.shutdown()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ An experiment module exposes
                                 run.py routes --data by it and refuses a mismatch (run.route_data)
     DOCUMENTS_ARE_GROUP_PARTS   optional, default False: its documents are parts of a group, so --limit can cut a
                                 group and run.py refuses it unless --allow-partial-groups
+    DATA_PARALLEL               optional, default False: its scoring call sites use parallel.shard_map, so it can
+                                run under torchrun / accelerate launch, --shard K/N and --merge (run.py refuses
+                                the others there)
 
 It never reads argparse and never exits: it raises
 

@@ -31,7 +31,7 @@ import warnings
 from tqdm import tqdm
 
 import resources
-from experiments import official, scoring, two_paths
+from experiments import official, parallel, scoring, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from resources import ResourceError
@@ -43,6 +43,7 @@ TASK_NAME = "mc_taco"
 # The contract's --limit attributes (experiments/context.py): --limit is implemented here, and it cuts groups (a
 # question's candidates), so run.py refuses it unless --allow-partial-groups is given.
 SUPPORTS_LIMIT = True
+DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
 DOCUMENTS_ARE_GROUP_PARTS = True
 DATA_SCHEMA = "mctaco"      # run.py routes MC-TACO-shaped --data here (config mctaco_data), SST-2-shaped data not
 
@@ -240,30 +241,83 @@ def check_shuffle_source():
     return out, no_shuffle
 
 
+def question_of(item):
+    """parallel.shard_map's group: a question's candidate documents stay on one rank (or shard)."""
+    return item["question_rank"]
+
+
 def run_official(ctx, items, parquet, selection, limit_ns, split="validation"):
     """lm-eval on the documents (all of them, the smoke questions as sorted samples, or its own limit), then one
-    more lm-eval run per N of the limit demonstration, all on one HFLM; the data served as `split`."""
+    more lm-eval run per N of the limit demonstration, all on one HFLM per process. Data parallel through
+    parallel.shard_map: the documents by question, the limit runs (each one whole lm-eval run with its own limit)
+    by N; in a data-parallel run each rank passes its own documents as sorted samples. The data is served as
+    `split`."""
+    holder = {}
+
+    def lm():
+        if "lm" not in holder:
+            holder["lm"] = two_paths.load_official_model(ctx)
+        return holder["lm"]
+
+    per_doc, meta = parallel.shard_map(ctx, "official", items,
+                                       lambda part: official_part(ctx, lm(), part, parquet, selection, split),
+                                       group=question_of,
+                                       combine=lambda metas, per_doc: combine_official(metas, per_doc, selection))
+    runs, _ = parallel.shard_map(ctx, "official_limit_runs", [{"idx": n} for n in limit_ns],
+                                 lambda part: limit_runs_part(ctx, lm(), parquet, [it["idx"] for it in part],
+                                                              split),
+                                 may_be_empty=True)
+    holder.clear()
+    meta["documents_passed_as_samples"] = sorted(it["idx"] for it in items) if selection["mode"] == "smoke" else None
+    samples = [v["sample"] for v in per_doc.values()]
+    boundaries = {(idx, cand): tuple(b) for idx, v in per_doc.items() for cand, b in v["boundaries"]}
+    return samples, boundaries, meta, runs
+
+
+def official_part(ctx, lm, items, parquet, selection, split):
+    """lm-eval's main run on these documents: ({doc_id: {"sample", "boundaries"}}, meta). One process: as the
+    selection says (smoke: sorted samples; else lm-eval's own limit or all); a part of a data-parallel run: the
+    part's documents as sorted samples (lm-eval does not shuffle, so they are the documents its limit selects)."""
     seed = ctx.config["seed"]
-    lm = two_paths.load_official_model(ctx)
     with ctx.stages.stage("official"):
         cfg = task_config_for(parquet, split)
-        if selection["mode"] == "smoke":
+        if selection["mode"] == "smoke" or parallel.PLAN.mode != "single":
             passed = sorted(it["idx"] for it in items)
             results = official.evaluate(lm, cfg, TASK_NAME, passed, seed)
         else:
             passed = None
             results = official.evaluate(lm, cfg, TASK_NAME, None, seed, limit=selection["limit"])
-    limit_runs = {}
-    with ctx.stages.stage("official_limit_runs"):
-        for n in tqdm(limit_ns, desc="lm-eval limit runs", unit="run"):
-            r = official.evaluate(lm, task_config_for(parquet, split), TASK_NAME, None, seed, limit=n)
-            limit_runs[n] = {"results": r["results"][TASK_NAME], "n_samples": r["n-samples"][TASK_NAME],
-                             "samples": r["samples"][TASK_NAME]}
     boundaries = two_paths.official_boundaries(lm, items)
     meta = {**official_meta(results, passed, selection, split),
             **official.lm_facts(lm, ctx.inputs.model_dir, ctx.config)}
-    del lm
-    return results["samples"][TASK_NAME], boundaries, meta, limit_runs
+    per_doc = {s["doc_id"]: {"sample": s, "boundaries": [[cand, b] for (idx, cand), b in boundaries.items()
+                                                         if idx == s["doc_id"]]}
+               for s in results["samples"][TASK_NAME]}
+    return per_doc, meta
+
+
+def limit_runs_part(ctx, lm, parquet, limit_ns, split):
+    """One whole lm-eval run with its own limit=N per N: ({N: results, n_samples, samples}, {})."""
+    limit_runs = {}
+    with ctx.stages.stage("official_limit_runs"):
+        for n in tqdm(limit_ns, desc="lm-eval limit runs", unit="run"):
+            r = official.evaluate(lm, task_config_for(parquet, split), TASK_NAME,
+                                  None, ctx.config["seed"], limit=n)
+            limit_runs[n] = {"results": r["results"][TASK_NAME], "n_samples": r["n-samples"][TASK_NAME],
+                             "samples": r["samples"][TASK_NAME]}
+    return limit_runs, {}
+
+
+def combine_official(metas, per_doc, selection):
+    """The parts' meta as one: lm-eval's acc and F1 by lm-eval's own aggregation over every gathered sample, and
+    n_samples as lm-eval reports it for the one-process call (lm_eval/evaluator.py: effective = min(limit or all
+    documents, all documents); the parts passed samples, so each reported all documents)."""
+    samples = [v["sample"] for v in per_doc.values()]
+    n_all = metas[0]["n_samples"]["original"]
+    n_samples = {**metas[0]["n_samples"], "effective": min(selection["limit"] or n_all, n_all)}
+    return {**metas[0], "n_samples": n_samples,
+            "reported": {"acc": float(official.aggregate("acc", [s["acc"] for s in samples])),
+                         "f1": float(official.aggregate("f1", [s["f1"] for s in samples]))}}
 
 
 def official_meta(results, passed, selection, split="validation"):
@@ -326,6 +380,11 @@ def check_task_config(meta, config):
 # ---- the independent path --------------------------------------------------------------------------------------
 
 def run_independent(ctx, items):
+    """The independent path, data parallel through parallel.shard_map (by question): ({idx: scored}, meta)."""
+    return parallel.shard_map(ctx, "independent", items, lambda part: independent_part(ctx, part), group=question_of)
+
+
+def independent_part(ctx, items):
     config = ctx.config
     model, tokenizer = two_paths.load_independent_model(ctx)
     out = {}
@@ -590,6 +649,7 @@ def run(ctx):
                                                                   data_split(data_entry))
     check_task_config(official_meta, config)
     independent, independent_meta = run_independent(ctx, items)
+    parallel.scoring_done(ctx)
     two_paths.check_same_loading(official_meta, independent_meta)
     with ctx.stages.stage("compare"):
         official_by_idx = two_paths.join_samples(items, samples, boundaries, independent, mctaco_fields, "documents")

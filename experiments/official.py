@@ -196,3 +196,13 @@ def multiple_choice_results(choices, gold, results):
     out = _mc_task(choices).process_results({"text": "", "gold": int(gold)},
                                             [(float(l), bool(g)) for l, g in results])
     return {"acc": float(out["acc"]), "acc_norm": float(out["acc_norm"])}
+
+
+def aggregate(metric, values):
+    """lm-eval's own default aggregation of `metric` (its registry: acc -> mean, f1 -> corpus F1) over per-document
+    values, as simple_evaluate reports it: for the logged samples of a data-parallel run gathered from its ranks or
+    shards (experiments/parallel.py), whose lm-eval runs each saw only a part of the documents."""
+    import lm_eval.api.metrics  # noqa: F401 -- registers the metrics and their aggregations
+    from lm_eval.api.registry import get_metric_aggregation
+
+    return get_metric_aggregation(metric)(list(values))

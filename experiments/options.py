@@ -30,7 +30,7 @@ import json
 
 from tqdm import tqdm
 
-from experiments import official, scoring, two_paths
+from experiments import official, parallel, scoring, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import config_head, load_rows, select_items
@@ -38,6 +38,7 @@ from resources import ResourceError
 
 NAME = "options"
 CONFIG_SECTIONS = ("shared", "protocol", "options")
+DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 LABEL_NAMES = {0: "negative", 1: "positive"}
 
@@ -202,7 +203,32 @@ def check_official_prompt(parquet_path, config):
 
 # ---- the two paths ------------------------------------------------------------------------------------------
 
+def by_pair(per_item):
+    """{(idx, condition): value} from shard_map's {idx: {condition: value}}."""
+    return {(idx, name): v for idx, conds in per_item.items() for name, v in conds.items()}
+
+
+def per_idx(out):
+    """{idx: {condition: value}} from {(idx, condition): value} (the per-item shape parallel.shard_map gathers)."""
+    per_item = {}
+    for (idx, name), v in out.items():
+        per_item.setdefault(idx, {})[name] = v
+    return per_item
+
+
+def summed(key):
+    """A shard_map combine: the first part's meta with `key` summed over the parts."""
+    return lambda metas, _: {**metas[0], key: sum(m[key] for m in metas)}
+
+
 def run_official(ctx, items, conditions):
+    """The official path, data parallel through parallel.shard_map: ({(idx, condition): candidates}, meta)."""
+    per_item, meta = parallel.shard_map(ctx, "official", items, lambda part: official_part(ctx, part, conditions),
+                                        combine=summed("n_requests"))
+    return by_pair(per_item), meta
+
+
+def official_part(ctx, items, conditions):
     """lm-eval builds the requests from the displayed choices (construct_requests), its HFLM scores them in one
     loglikelihood call, and its process_results computes acc and acc_norm from the official scores."""
     config = ctx.config
@@ -237,10 +263,18 @@ def run_official(ctx, items, conditions):
         **official.lm_facts(lm, ctx.inputs.model_dir, config),
     }
     del lm
-    return out, meta
+    return per_idx(out), meta
 
 
 def run_independent(ctx, items, conditions):
+    """The independent path, data parallel through parallel.shard_map: ({(idx, condition): scored}, meta)."""
+    per_item, meta = parallel.shard_map(ctx, "independent", items,
+                                        lambda part: independent_part(ctx, part, conditions),
+                                        combine=summed("forward_passes"))
+    return by_pair(per_item), meta
+
+
+def independent_part(ctx, items, conditions):
     config = ctx.config
     model, tokenizer = two_paths.load_independent_model(ctx)
     out, n_forward = {}, 0
@@ -255,7 +289,7 @@ def run_independent(ctx, items, conditions):
     meta = {**two_paths.model_facts(model), "forward_passes": n_forward,
             "forward_sharing": "candidates whose input sequence (context + candidate[:-1]) is identical share one "
                                "forward pass (scoring.candidate_logprob_memo)"}
-    return out, meta
+    return per_idx(out), meta
 
 
 # ---- join, compare, records ---------------------------------------------------------------------------------
@@ -439,6 +473,7 @@ def run(ctx):
 
     off, official_meta = run_official(ctx, items, conditions)
     ind, independent_meta = run_independent(ctx, items, conditions)
+    parallel.scoring_done(ctx)
     two_paths.check_same_loading(official_meta, independent_meta)
     with stages.stage("compare"):
         records, bad = make_records(items, conditions, off, ind)

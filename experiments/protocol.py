@@ -15,13 +15,14 @@ import time
 
 from tqdm import tqdm
 
-from experiments import fast_scoring, official, result_cache, scoring, two_paths
+from experiments import fast_scoring, official, parallel, result_cache, scoring, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import config_head, load_rows, select_items
 
 NAME = "protocol"
 CONFIG_SECTIONS = ("shared", "protocol")
+DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 TASK_NAME = "sst2"
 
@@ -80,10 +81,23 @@ def indices_for_lm_eval(indices, sort=True):
 
 
 def run_official(ctx, items):
-    """lm-eval with the installed task on the selected idx list (see indices_for_lm_eval for the order)."""
+    """lm-eval with the installed task on the selected idx list (see indices_for_lm_eval for the order), data
+    parallel through parallel.shard_map (each rank runs lm-eval on its own part; one process: all of it)."""
+    passed, order = indices_for_lm_eval([it["idx"] for it in items], sort=not ctx.options.no_sort_samples)
+    per_doc, meta = parallel.shard_map(ctx, "official", items, lambda part: official_part(ctx, part),
+                                       combine=combine_official)
+    samples = [v["sample"] for v in per_doc.values()]
+    boundaries = {(idx, cand): tuple(b) for idx, v in per_doc.items() for cand, b in v["boundaries"]}
+    meta.update(indices_passed_to_lm_eval=passed, indices_sorted=passed == sorted(passed), indices_order=order)
+    return samples, boundaries, meta
+
+
+def official_part(ctx, items):
+    """lm-eval on these items: ({doc_id: {"sample": logged sample, "boundaries": [[candidate, lm-eval's token
+    boundary]]}}, meta)."""
     config = ctx.config
     lm = two_paths.load_official_model(ctx)
-    passed, order = indices_for_lm_eval([it["idx"] for it in items], sort=not ctx.options.no_sort_samples)
+    passed, _ = indices_for_lm_eval([it["idx"] for it in items], sort=not ctx.options.no_sort_samples)
     cfg = official.task_config(TASK_YAML, ctx.inputs.parquet_path)
     with ctx.stages.stage("official"):
         results = official.evaluate(lm, cfg, TASK_NAME, passed, config["seed"])
@@ -92,22 +106,36 @@ def run_official(ctx, items):
         "task_yaml": TASK_YAML,
         "dumped_task_config": results["configs"][TASK_NAME],
         "lm_eval_files_sha256": official.file_hashes(extra=[TASK_YAML]),
-        "indices_passed_to_lm_eval": passed,
-        "indices_sorted": passed == sorted(passed),
-        "indices_order": order,
         "reported_acc": results["results"][TASK_NAME]["acc,none"],
         **official.lm_facts(lm, ctx.inputs.model_dir, config),
         "custom_dataset": "serves the verified cache parquet as the validation split (+ an empty train split)",
     }
     boundaries = two_paths.official_boundaries(lm, items)
     del lm
-    return results["samples"][TASK_NAME], boundaries, meta
+    per_doc = {s["doc_id"]: {"sample": s, "boundaries": [[cand, b] for (idx, cand), b in boundaries.items()
+                                                         if idx == s["doc_id"]]}
+               for s in results["samples"][TASK_NAME]}
+    return per_doc, meta
+
+
+def combine_official(metas, per_doc):
+    """The meta of the whole run from the parts': lm-eval's reported acc recomputed by lm-eval's own aggregation
+    over all gathered samples (each part's lm-eval run reported only its own documents)."""
+    return {**metas[0], "reported_acc": official.aggregate("acc", [v["sample"]["acc"] for v in per_doc.values()])}
 
 
 def run_independent(ctx, items):
     """Parity mode (scoring.py), each candidate score served from / stored into the result cache unless
-    --no-cache; with --fast, also fast mode (fast_scoring.py) on the same loaded model. Returns
-    (scores by idx, meta, fast results or None)."""
+    --no-cache, data parallel through parallel.shard_map; with --fast (one process only), also fast mode
+    (fast_scoring.py) on the same loaded model. Returns (scores by idx, meta, fast results or None)."""
+    fast = {}
+    out, meta = parallel.shard_map(ctx, "independent", items, lambda part: independent_part(ctx, part, fast),
+                                   combine=combine_independent)
+    return out, meta, fast.get("runs")
+
+
+def independent_part(ctx, items, fast):
+    """The independent scores of these items ({idx: scored candidates}, meta); fast["runs"] with --fast."""
     config = ctx.config
     model, tokenizer = two_paths.load_independent_model(ctx)
     cache = result_cache.open_for(ctx, "independent-parity", prompt_template_sha256(config))
@@ -132,8 +160,14 @@ def run_independent(ctx, items):
     if cache is not None:
         cache.close()
     meta = {**two_paths.model_facts(model), "result_cache": cache_stats}
-    fast = run_fast(ctx, items, model, tokenizer) if ctx.options.fast else None
-    return out, meta, fast
+    if ctx.options.fast:
+        fast["runs"] = run_fast(ctx, items, model, tokenizer)
+    return out, meta
+
+
+def combine_independent(metas, out):
+    """The parts' meta as one: the result cache counts summed over the parts."""
+    return {**metas[0], "result_cache": result_cache.combine_stats([m["result_cache"] for m in metas])}
 
 
 def run_fast(ctx, items, model, tokenizer):
@@ -293,6 +327,7 @@ def score_and_compare(ctx, items):
     samples, boundaries, official_meta = run_official(ctx, items)
     check_task_config(official_meta["dumped_task_config"], config)
     independent, independent_meta, fast = run_independent(ctx, items)
+    parallel.scoring_done(ctx)
     two_paths.check_same_loading(official_meta, independent_meta)
     with stages.stage("compare"):
         official_by_idx = join_and_check(items, samples, boundaries, independent, official_meta)

@@ -299,3 +299,17 @@ def kill_hook(n_items_done):
     k = os.environ.get(KILL_ENV)
     if k is not None and n_items_done == int(k):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+COUNTS = ("hits", "misses", "corrupted", "written", "candidate_scores", "from_cache", "computed", "items_from_cache")
+
+
+def combine_stats(parts):
+    """The stats of one run whose items were scored in several parts (ranks or shards, experiments/parallel.py):
+    the counts summed, the corrupted items joined; identity and path are the parts' (all the same)."""
+    out = dict(parts[0])
+    for k in COUNTS:
+        if k in out:
+            out[k] = sum(p[k] for p in parts)
+    out["corrupted_items"] = [i for p in parts for i in p.get("corrupted_items", [])][:20]
+    return out

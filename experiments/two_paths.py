@@ -7,8 +7,9 @@ token counts (its official path is lm-eval's model API, so there are no logged s
 model loading and the loading check.
 """
 
-from experiments import official, scoring
+from experiments import official, parallel, scoring
 from experiments.evidence import IdentityMismatch
+from resources import ResourceError
 
 LOADING_KEYS = ("model_dtype", "attn_implementation", "torch_threads")
 
@@ -16,9 +17,15 @@ LOADING_KEYS = ("model_dtype", "attn_implementation", "torch_threads")
 # ---- the models -----------------------------------------------------------------------------------------------
 
 def load_official_model(ctx):
-    """lm-eval's HFLM over the verified model directory, with the experiment's config (timed as a stage)."""
-    with ctx.stages.stage("official_model_load"):
-        return official.make_lm(ctx.inputs.model_dir, ctx.config)
+    """lm-eval's HFLM over the verified model directory, with the experiment's config (timed as a stage). Under a
+    launcher each rank builds a single-process HFLM (parallel.one_process_lm_eval); one that went data-parallel on
+    its own is refused."""
+    with ctx.stages.stage("official_model_load"), parallel.one_process_lm_eval():
+        lm = official.make_lm(ctx.inputs.model_dir, ctx.config)
+    if lm.world_size != 1:
+        raise ResourceError(f"lm-eval's HFLM runs as rank {lm.rank} of {lm.world_size} processes itself; this "
+                            "repository drives one single-process HFLM per rank (experiments/parallel.py)")
+    return lm
 
 
 def load_independent_model(ctx, stage="independent_model_load"):

@@ -1,0 +1,360 @@
+"""Data parallelism (experiments/parallel.py, experiments/shards.py, run.py --shard/--merge, torchrun on gloo).
+
+Fast tests: the assignment rule, launcher detection, shard-file refusals, the replay checks, the result cache with
+several writers. Slow tests (real processes, 2 ranks of one torch thread each on gloo): a torchrun run and a
+--shard 1/2 + --shard 2/2 + --merge of protocol, options and MC-TACO against the one-process smoke run of the
+session (records, summaries, identities identical but for the run id; the audit passes at every level), merge
+refusals, a rank that fails on a real bad input, and a killed distributed run resumed from the result cache.
+"""
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+from multiprocessing import get_context
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+from experiments import parallel, shards
+from resources import ResourceError
+
+EXPERIMENTS = ("protocol", "options", "mctaco")
+SELECT = [a for e in EXPERIMENTS for a in ("--experiment", e)]
+
+
+# ---- fast: the rule, the launcher, shard files, replay, the cache --------------------------------------------
+
+def test_the_rule_keeps_groups_together_and_round_robins_sorted_keys():
+    items = [{"idx": i, "q": i // 3} for i in (7, 0, 1, 2, 3, 4, 5, 6, 8)]
+    owners = parallel.owners(items, lambda it: it["q"], 2)
+    by_q = {}
+    for it, r in zip(items, owners):
+        by_q.setdefault(it["q"], set()).add(r)
+    assert by_q == {0: {0}, 1: {1}, 2: {0}}                  # questions 0, 1, 2 -> ranks 0, 1, 0
+    assert parallel.owners(items, parallel.default_key, 2) == [1, 0, 1, 0, 1, 0, 1, 0, 0]   # by sorted idx
+    parts = [parallel.part_of(items, parallel.default_key, r, 3) for r in range(3)]
+    assert sorted(i["idx"] for p in parts for i in p) == list(range(9))
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({}, ""), ({"WORLD_SIZE": "1", "RANK": "0"}, ""),
+    ({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}, "torchrun"),
+    ({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1",
+      "ACCELERATE_MIXED_PRECISION": "no"}, "accelerate"),
+    ({"WORLD_SIZE": "2"}, "unknown"),
+])
+def test_the_launcher_is_detected_from_its_environment(env, expected):
+    assert parallel.launcher_from_env(env) == expected
+
+
+def write_fake_shard(directory, k, n, identity=None, items=None):
+    directory.mkdir(parents=True, exist_ok=True)
+    shards.write_shard(directory, k, n, identity or {"args": {"smoke": True}, "n_shards": n},
+                       {"protocol": {"official": {"items": items or [], "meta": {}}}}, {"run_id": f"r{k}"})
+    return directory
+
+
+def test_shard_files_are_checked_before_anything_else(tmp_path):
+    a = write_fake_shard(tmp_path / "a", 1, 2)
+    b = write_fake_shard(tmp_path / "b", 2, 2)
+    assert [d for d, _ in shards.check_shards([b, a])] == [a, b]
+    other = write_fake_shard(tmp_path / "c", 2, 2, identity={"args": {"smoke": False}, "n_shards": 2})
+    with pytest.raises(ResourceError, match=r"different run identity .*args\.smoke: true vs false"):
+        shards.check_shards([a, other])
+    with pytest.raises(ResourceError, match="shard 1/2 given twice"):
+        shards.check_shards([a, a])
+    with pytest.raises(ResourceError, match="shard 2/2 missing"):
+        shards.check_shards([a])
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / shards.NAME).write_text('{"format": "eval-shard/v1", "format": 1}')
+    with pytest.raises(ResourceError, match="duplicate key"):
+        shards.read_shard(tmp_path / "d")
+    with pytest.raises(ResourceError, match="no SHARD.json"):
+        shards.read_shard(tmp_path / "e")
+
+
+class Ctx:
+    name = "protocol"
+
+
+@pytest.fixture
+def replay_plan():
+    saved = parallel.PLAN
+    parallel.PLAN = parallel.Plan(mode="replay", world=2)
+    yield parallel.PLAN
+    parallel.PLAN = saved
+
+
+def replay(plan, parts):
+    plan.replay = {"protocol": {"official": [(f"s{k}", k, {"items": items, "meta": {"k": k}})
+                                             for k, items in enumerate(parts)]}}
+    items = [{"idx": i} for i in range(4)]
+    return parallel.shard_map(Ctx(), "official", items, lambda part: pytest.fail("replay never scores"))
+
+
+def test_replay_reassembles_in_item_order_and_refuses_missing_overlapping_and_foreign_items(replay_plan):
+    per_item, meta = replay(replay_plan, [[[2, "c"], [0, "a"]], [[3, "d"], [1, "b"]]])
+    assert list(per_item.items()) == [(0, "a"), (1, "b"), (2, "c"), (3, "d")] and meta == {"k": 0}
+    with pytest.raises(ResourceError, match=r"item 3 is missing \(expected in shard 2/2"):
+        replay(replay_plan, [[[0, "a"], [2, "c"]], [[1, "b"]]])
+    with pytest.raises(ResourceError, match="item 2 is in both s0 and s1"):
+        replay(replay_plan, [[[0, "a"], [2, "c"]], [[1, "b"], [3, "d"], [2, "c"]]])
+    with pytest.raises(ResourceError, match="item 1 does not belong to shard 1/2"):
+        replay(replay_plan, [[[0, "a"], [2, "c"], [1, "b"]], [[3, "d"]]])
+
+
+def test_a_failed_part_names_rank_and_items_and_keeps_its_kind():
+    saved = parallel.PLAN
+    parallel.PLAN = parallel.Plan(mode="distributed", world=2)
+    try:
+        from experiments.scoring import ScoringError
+
+        def boom(part):
+            raise ScoringError("idx 5: 2100 tokens, over the limit 2048")
+
+        failed = [(1, parallel.run_part(boom, [{"idx": 5}, {"idx": 9}], parallel.default_key))]
+        with pytest.raises(ScoringError, match=r"\[protocol\] rank 1 of 2 failed in independent \(its items: 5, 9\): "
+                                               r"ScoringError: idx 5: 2100 tokens"):
+            parallel.raise_failure("protocol", "independent", failed)
+    finally:
+        parallel.PLAN = saved
+
+
+def _writer(path, worker, n):
+    from experiments.result_cache import ResultCache
+
+    cache = ResultCache(path, {"run": "same"})
+    for i in range(n):
+        with cache.batch():
+            cache.put({"worker": worker, "i": i}, float(i) / 7)
+    cache.close()
+
+
+def test_the_result_cache_takes_several_concurrent_writers(tmp_path):
+    path = tmp_path / "results.sqlite"
+    procs = [get_context("spawn").Process(target=_writer, args=(path, w, 150)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM results").fetchone()[0] == 450
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_shard_and_merge_are_parsed_and_refused_together():
+    import run
+
+    assert run.parse_shard("2/3") == (2, 3) and run.parse_shard("0/3") is None and run.parse_shard("3/2") is None
+    with pytest.raises(SystemExit):
+        run.parse_args(["--cache", "c", "--out", "o", "--shard", "1/2", "--merge", "a", "b"])
+
+
+# ---- slow: real processes on the real model ------------------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(*args, env=None, cwd=REPO, nproc=2, timeout=1200):
+    """`torchrun --nproc_per_node 2 run.py ARGS` (python -m torch.distributed.run), one torch thread per rank."""
+    full = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    full.update(env or {})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
+           "127.0.0.1", "--master_port", str(free_port()), str(Path(cwd) / "run.py"), *map(str, args)]
+    return subprocess.run(cmd, cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout)
+
+
+VOLATILE = {"run_id"}
+
+
+def evidence(out, name):
+    """records, summary and identity of one experiment (the run id left out)."""
+    ident = json.loads((out / name / "identity.json").read_text())
+    return ((out / name / "records.jsonl").read_text(), json.loads((out / name / "summary.json").read_text()),
+            {k: v for k, v in ident.items() if k not in VOLATILE})
+
+
+def audit_passes(out, cache):
+    proc = run_cli("audit.py", out, "--strict", "--tokens", "--forward", "--cache", cache)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert "RESULT: PASS" in proc.stdout
+
+
+def questions_on_one_rank(out):
+    """Every MC-TACO question's documents were scored by one rank (stages.json data_parallel item lists)."""
+    records = [json.loads(l) for l in (out / "mctaco" / "records.jsonl").read_text().splitlines()]
+    ranks = json.loads((out / "mctaco" / "stages.json").read_text())["data_parallel"]["ranks"]
+    for call in ("official", "independent"):
+        rank_of = {i: n for n, r in enumerate(ranks) for i in r["items_scored"][call]}
+        by_question = {}
+        for r in records:
+            by_question.setdefault(r["question_id"], set()).add(rank_of[r["idx"]])
+        assert all(len(v) == 1 for v in by_question.values()), by_question
+        assert len({n for v in by_question.values() for n in v}) == 2        # both ranks had work
+
+
+@pytest.fixture(scope="session")
+def one_process(smoke_run):
+    """The reference: the session's one-process `run.py --smoke` (conftest), which includes protocol, options and
+    MC-TACO (reused, so the suite pays for no extra one-process run)."""
+    return smoke_run[0]
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_gives_the_one_process_evidence(one_process, prepared_cache, tmp_path):
+    out = tmp_path / "dist"
+    proc = torchrun("--cache", prepared_cache, "--out", out, "--smoke", *SELECT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    for name in EXPERIMENTS:
+        assert evidence(out, name) == evidence(one_process, name), name
+        dp = json.loads((out / name / "stages.json").read_text())["data_parallel"]
+        assert (dp["world_size"], dp["backend"], dp["launcher"], [r["rank"] for r in dp["ranks"]]) == \
+            (2, "gloo", "torchrun", [0, 1])
+        assert all(r["peak_rss_bytes"] > 0 and r["wall_s"] > 0 for r in dp["ranks"])
+    env = json.loads((out / "environment.json").read_text())["data_parallel"]
+    assert env["world_size"] == 2 and len({r["pid"] for r in env["ranks"]}) == 2
+    questions_on_one_rank(out)
+    audit_passes(out, prepared_cache)
+
+
+@pytest.fixture(scope="session")
+def two_shards(prepared_cache, tmp_path_factory):
+    """--shard 1/2 and --shard 2/2 of the reference command, run side by side as a Slurm array would."""
+    outs = [tmp_path_factory.mktemp(f"shard{k}") / "o" for k in (1, 2)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    procs = [subprocess.Popen([sys.executable, "run.py", "--cache", str(prepared_cache), "--out", str(o), "--smoke",
+                               *SELECT, "--shard", f"{k}/2"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k, o in zip((1, 2), outs)]
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=1200)
+        assert p.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    return outs
+
+
+@pytest.mark.slow
+def test_shards_merged_give_the_one_process_evidence(one_process, two_shards, prepared_cache, tmp_path):
+    assert sorted(p.name for p in two_shards[0].iterdir()) == ["SHARD.json", "run.log"]   # a shard is not evidence
+    out = tmp_path / "merged"
+    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--merge", *two_shards)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    for name in EXPERIMENTS:
+        assert evidence(out, name) == evidence(one_process, name), name
+    env = json.loads((out / "environment.json").read_text())["data_parallel"]
+    assert (env["mode"], env["world_size"], [r["shard"] for r in env["ranks"]]) == ("replay", 2, [1, 2])
+    questions_on_one_rank(out)
+    audit_passes(out, prepared_cache)
+
+
+def one_error_line(proc):
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --merge"), proc.stderr
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_merge_refuses_foreign_missing_and_overlapping_shards(two_shards, prepared_cache, tmp_path):
+    a, b = two_shards
+    outs = []
+
+    def merge(*dirs):
+        outs.append(tmp_path / f"m{len(outs)}")
+        return run_cli("run.py", "--cache", prepared_cache, "--out", outs[-1], "--merge", *dirs)
+
+    def edited(src, name, edit):
+        dst = tmp_path / name
+        shutil.copytree(src, dst)
+        doc = json.loads((dst / shards.NAME).read_text())
+        edit(doc)
+        (dst / shards.NAME).write_text(json.dumps(doc))
+        return dst
+
+    other = edited(b, "other", lambda d: d["identity"]["configs"]["protocol"].update(seed=1))
+    assert "a different run identity" in one_error_line(merge(a, other))
+    assert "shard 2/2 missing" in one_error_line(merge(a))
+    assert "shard 1/2 given twice" in one_error_line(merge(a, a))
+    short = edited(b, "short", lambda d: d["results"]["protocol"]["independent"]["items"].pop())
+    assert "is missing (expected in shard 2/2" in one_error_line(merge(a, short))
+    first_of_a = json.loads((a / shards.NAME).read_text())["results"]["options"]["official"]["items"][0]
+    overlap = edited(b, "overlap", lambda d: d["results"]["options"]["official"]["items"].append(first_of_a))
+    assert f"item {first_of_a[0]} is in both" in one_error_line(merge(a, overlap))    # found before anything runs
+    for out in outs:                   # nothing installed, not even the experiments replayed before the refusal
+        assert not (out / "protocol").exists() and not (out / "MANIFEST.json").exists(), out
+
+
+@pytest.fixture
+def tiny_repo(tiny_cache, tmp_path):
+    """(repo copy, private copy of the tiny-model cache): the code hash is the test's, the result cache its own."""
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", "cache", "__pycache__", ".pytest_cache",
+                                                              "smoke", "out", ".venv"))
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_cache, cache, ignore=shutil.ignore_patterns("results.sqlite*"))
+    return repo, cache
+
+
+def smoke_input_tokens(cache):
+    """{idx: longest input (context + candidate) in tokens} of the protocol's smoke items."""
+    import config
+    from adapter import load_tokenizer
+    from experiments import protocol
+    from experiments.selection import load_rows, select_items
+
+    cfg = config.effective(protocol.CONFIG_SECTIONS, {})
+    rows = load_rows(cache / "data" / cfg["data"] / "validation.parquet")
+    items = protocol.build_items(rows, select_items(cfg, "smoke", len(rows)), cfg)
+    tok = load_tokenizer(cache / "models" / "tiny-random-llama")
+    return {it["idx"]: max(len(tok(it["prompt"] + c)["input_ids"]) for c in it["candidates"]) for it in items}
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_stops_every_rank_naming_rank_and_item(tiny_repo, tmp_path):
+    """A real bad input one rank meets: max_input_tokens set (in the copy's config.py) between the lengths of the
+    two smoke items, so the longer one is over the limit on the rank that scores it."""
+    repo, cache = tiny_repo
+    lengths = smoke_input_tokens(cache)
+    (short_idx, n_short), (long_idx, n_long) = sorted(lengths.items(), key=lambda kv: kv[1])
+    assert n_short < n_long
+    cfg = repo / "config.py"
+    text = cfg.read_text()
+    assert text.count('"max_input_tokens": ') == 1
+    start = text.index('"max_input_tokens": ') + len('"max_input_tokens": ')
+    end = text.index(",", start)
+    cfg.write_text(text[:start] + str(n_short) + text[end:])
+    out = tmp_path / "out"
+    proc = torchrun("--cache", cache, "--out", out, "--model", "tiny-random-llama", "--smoke", "--experiment",
+                    "protocol", "--no-cache", cwd=repo, timeout=600)
+    assert proc.returncode != 0
+    rank = sorted(lengths).index(long_idx)          # the rule: the k-th idx in ascending order -> rank k mod 2
+    assert f"rank {rank} of 2 failed in independent (its items: {long_idx})" in proc.stderr, proc.stderr[-3000:]
+    assert f"idx {long_idx}" in proc.stderr
+    assert not (out / "protocol").exists() and not (out / "MANIFEST.json").exists()
+    assert not list(out.glob(".tmp-*")) and not (out / "environment.json").exists()
+
+
+@pytest.mark.slow
+def test_a_killed_distributed_run_resumes_from_the_result_cache(tiny_repo, tmp_path):
+    repo, cache = tiny_repo
+    args = ("--cache", cache, "--model", "tiny-random-llama", "--experiment", "protocol")
+    proc = torchrun(*args, "--out", tmp_path / "killed", cwd=repo, env={"EVAL_TEST_KILL_AFTER_ITEMS": "3"})
+    assert proc.returncode != 0 and not (tmp_path / "killed" / "protocol").exists()
+    db = sqlite3.connect(cache / "results.sqlite")
+    committed = db.execute("SELECT count(*) FROM results").fetchone()[0]
+    db.close()
+    # the rank that reached 3 items first committed them (6 scores); torchrun may stop the other one before its 3rd
+    assert 6 <= committed <= 12 and committed % 2 == 0
+    proc = torchrun(*args, "--out", tmp_path / "resumed", cwd=repo)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    info = json.loads((tmp_path / "resumed" / "protocol" / "config.json").read_text())["independent"]["result_cache"]
+    assert (info["from_cache"], info["computed"], info["candidate_scores"]) == (committed, 128 - committed, 128)
+    fresh = run_cli(repo / "run.py", *args, "--out", tmp_path / "fresh", "--no-cache", cwd=repo)
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    resumed, reference = evidence(tmp_path / "resumed", "protocol"), evidence(tmp_path / "fresh", "protocol")
+    assert resumed[0] == reference[0] and resumed[1] == reference[1]           # records and summary: identical
