@@ -15,7 +15,10 @@ is loaded and one untimed warm-up item, unless said otherwise):
     lm_eval_b1    lm-eval 0.4.9.2 HFLM.loglikelihood, batch size 1
     lm_eval_b16   the same at batch size 16 (any lm_eval_b<N> may be named in --methods)
     parity        the independent path in parity mode (experiments/scoring.py: one forward per distinct input)
-    fast          the independent path in fast mode (experiments/fast_scoring.py, config fast_batch_size)
+    fast          the independent path in fast mode (experiments/fast_scoring.py, config fast_batch_size), and
+                  the time its matrix multiplications alone take at the same shapes and threads
+    fast_b<N>     (optional) fast mode at batch size N, at most N * 128 padded tokens: a sweep, e.g.
+                  --methods fast,fast_b4,fast_b8,fast_b32 (about 5 minutes on 872 rows)
     dual          the full dual run of `run.py --experiment protocol` on these rows: protocol.score_and_compare,
                   the experiment's own code (official path at config official_batch_size through lm-eval's
                   evaluator + independent parity path + identity join + exact comparison); no result cache.
@@ -64,9 +67,14 @@ def bench_config(overrides=None, sections=None):
     return effective(sections or CONFIG_SECTIONS, overrides)
 
 
+def batch_of(m, prefix):
+    """N of a method named <prefix><N> (N > 0), else None."""
+    n = m[len(prefix):]
+    return int(n) if m.startswith(prefix) and n.isdigit() and int(n) > 0 else None
+
+
 def known_method(m):
-    return m in METHODS or (m.startswith("lm_eval_b") and m[len("lm_eval_b"):].isdigit()
-                            and int(m[len("lm_eval_b"):]) > 0)
+    return m in METHODS or batch_of(m, "lm_eval_b") is not None or batch_of(m, "fast_b") is not None
 
 
 # ---- worker side (one method per process) ---------------------------------------------------------------------
@@ -84,7 +92,10 @@ def worker(method, spec_path, result_path):
     reqs = spec["requests"]                     # [{"idx", "label", "context", "candidates"}]
     if method.startswith("lm_eval_b"):
         scored = score_lm_eval(spec["model_dir"], reqs, config, int(method[len("lm_eval_b"):]))
-    elif method in ("parity", "fast"):
+    elif method in ("parity", "fast") or batch_of(method, "fast_b"):
+        if batch_of(method, "fast_b"):       # a fast-mode variant: N sequences, at most N * 128 padded tokens
+            n = batch_of(method, "fast_b")
+            config = dict(config, fast_batch_size=n, fast_max_batch_tokens=n * 128)
         scored = score_independent(spec["model_dir"], reqs, config, method)
     elif method in ("dual", "options"):
         scored = run_experiment_method(method, spec)
@@ -145,7 +156,8 @@ def score_independent(model_dir, reqs, config, method):
     wall = time.perf_counter() - t1
     treqs = [fast_scoring.TokenRequest(ctx_ids=scoring.encode_pair(tok, r["context"], r["candidates"][0])[0],
                                        cands=[[0]]) for r in reqs]
-    stats["gemm_only_s"] = gemm_only(model, fast_scoring.plan(treqs, bs, mbt), w)
+    if method == "fast":
+        stats["gemm_only_s"] = gemm_only(model, fast_scoring.plan(treqs, bs, mbt), w)
     return [[c["score"] for c in res[i]] for i in range(len(reqs))], wall, load_s, dict(stats)
 
 

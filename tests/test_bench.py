@@ -31,8 +31,8 @@ def test_bench_refuses_a_bad_data_file_in_one_line(tmp_path):
 def test_bench_method_names():
     import bench
 
-    assert all(map(bench.known_method, bench.METHODS + ["lm_eval_b32", "lm_eval_b64"]))
-    assert not any(map(bench.known_method, ["lm_eval_b0", "lm_eval_bx", "dual2", ""]))
+    assert all(map(bench.known_method, bench.METHODS + ["lm_eval_b32", "lm_eval_b64", "fast_b8"]))
+    assert not any(map(bench.known_method, ["lm_eval_b0", "lm_eval_bx", "fast_b", "dual2", ""]))
     proc = run_cli("bench.py", "--methods", "parity,nope")
     assert proc.returncode == 2 and "--methods" in proc.stderr
 
