@@ -3,6 +3,7 @@ bit-identical to one pass per candidate, and as many passes as lm-eval's HFLM ru
 import pytest
 
 import config
+from conftest import REPO
 from experiments import scoring
 
 CONFIG = config.effective(("shared", "protocol"))
@@ -118,3 +119,38 @@ def test_as_many_passes_as_lm_eval_at_batch_1(tiny_cache):
                  for c in scoring.score_candidates(counting, tok, ctx, cands, LIMIT, memo=memo)]
     assert ours == theirs
     assert counting.calls == len(calls) == 3 * len(contexts)   # ctx; ctx + " not"; ctx + " very"
+
+
+def test_the_official_path_uses_official_batch_size_and_extraction_does_not(tmp_path):
+    from experiments import official
+
+    assert CONFIG["batch_size"] == 1 and CONFIG["official_batch_size"] > 1
+    assert official.hflm_args(tmp_path, CONFIG)["batch_size"] == CONFIG["official_batch_size"]
+    assert official.hflm_args(tmp_path, dict(CONFIG, official_batch_size=3))["batch_size"] == 3
+    src = (REPO / "experiments" / "extraction.py").read_text()
+    assert '"batch_size": config["batch_size"]' in src and "official_batch_size" not in src
+
+
+@pytest.mark.slow
+def test_lm_eval_at_official_batch_size_equals_parity_with_heavy_padding(model_dir):
+    """The measurement behind official_batch_size, at this test's thread count: one HFLM batch holding the 8
+    shortest and the 8 longest rows of the 872-row file (shorter rows padded by up to 48 tokens) gives the parity
+    path's scores bit for bit."""
+    import resources
+    from adapter import load_model, load_tokenizer
+    from experiments import official
+
+    rows = resources.read_glue_tsv(REPO / "fixtures" / "reviews_872_dev.tsv")
+    rows = sorted(rows, key=lambda r: (len(r["sentence"]), r["idx"]))
+    picked = rows[:8] + rows[-8:]
+    cands = [CONFIG["target_delimiter"] + c for c in CONFIG["sst2_choices"]]
+    contexts = [CONFIG["sst2_prompt"].format(sentence=r["sentence"]) for r in picked]
+    lm = official.make_lm(model_dir, CONFIG)
+    assert lm.batch_size == CONFIG["official_batch_size"] == 16
+    theirs = [ll for ll, _ in official.loglikelihood(lm, [(c, cand) for c in contexts for cand in cands])]
+    del lm
+    model, tok = load_model(model_dir, CONFIG), load_tokenizer(model_dir)
+    ours = [c["score"] for ctx in contexts for c in scoring.score_candidates(model, tok, ctx, cands, LIMIT)]
+    lens = [len(scoring.encode_pair(tok, c, cands[0])[0]) for c in contexts]
+    assert max(lens) - min(lens) >= 40
+    assert ours == theirs
