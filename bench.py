@@ -347,7 +347,7 @@ def diff_vs(ref, other):
 
 
 def build_parser():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="\n\n".join(__doc__.split("\n\n")[1:5]),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", default="cache", help="cache directory filled by prepare.py (default ./cache)")
     ap.add_argument("--data", default=SHARED["data"], help="SST-2-shaped data resource id (default the fixture)")
@@ -356,7 +356,7 @@ def build_parser():
     ap.add_argument("--model", default=SHARED["model"], help="model resource id")
     ap.add_argument("--n", type=int, default=None, help="first N rows in idx order (default: all)")
     ap.add_argument("--methods", default=",".join(METHODS),
-                    help=f"comma-separated subset of {','.join(METHODS)} (or lm_eval_b<N> for any N)")
+                    help=f"comma-separated subset of {','.join(METHODS)} (or lm_eval_b<N>, fast_b<N>)")
     ap.add_argument("--out", default="bench.json", help="where to write the results (default bench.json)")
     ap.add_argument("--timeout", type=float, default=3600, help="per-method timeout in seconds")
     ap.add_argument("--sgemm-size", type=int, default=4096, help="matrix size of the sgemm rate (default 4096)")
