@@ -481,7 +481,8 @@ def print_table(table, refs):
         print(f"{row['method']:<12} {row['wall_s']:>8.2f} {fmt(row['x_lm_eval_b1'], '.2f', 'x'):>12} "
               f"{fmt(row['x_lm_eval_best'], '.2f', 'x'):>14} {fmt(row.get('x_flop_floor'), '.2f', 'x'):>8} "
               f"{fmt(row.get('achieved_gflops'), '.1f'):>7} {row['peak_rss_mib']:>12.0f} "
-              f"{fmt(row.get('vs_parity_max_abs_diff'), '.3g'):>16} {fmt(row.get('vs_parity_n_argmax_changes'), 'd'):>10}")
+              f"{fmt(row.get('vs_parity_max_abs_diff'), '.3g'):>16} "
+              f"{fmt(row.get('vs_parity_n_argmax_changes'), 'd'):>10}")
     print(f"(x lm-eval best: relative to {best}; x floor: the dual run's floor counts both paths, 2x; dual's wall is "
           "its scoring stages, options' wall its whole run including both model loads)")
     for row in table:
@@ -493,7 +494,8 @@ def print_table(table, refs):
                   f"{o['max_abs_diff']}, {o['n_scores_equal']}/{o['n_scores']} scores bit-identical; total with "
                   f"both model loads {row['total_s']:.1f} s")
         if row["method"] == "fast" and row.get("gemm_only_s"):
-            print(f"fast: its matrix multiplications alone (same shapes, workers, threads) take {row['gemm_only_s']:.2f} s "
+            print(f"fast: its matrix multiplications alone (same shapes, workers, threads) take "
+                  f"{row['gemm_only_s']:.2f} s "
                   f"= {row['gemm_only_x_floor']:.2f}x the floor; everything else (attention, norms, activations, "
                   f"Python) adds {row['wall_s'] / row['gemm_only_s']:.2f}x on top")
         if row["method"] == "options" and "total_s" in row:
