@@ -63,9 +63,10 @@ def task_config(yaml_rel, parquet_path, evaluate_validation=False):
 
 
 def hflm_args(model_dir, config):
-    """The HFLM arguments: the scoring settings of config.py (the same the independent path uses)."""
+    """The HFLM arguments: the scoring settings of config.py (the same the independent path uses), at the official
+    path's own batch size (official_batch_size: measured to give the parity path's scores bit for bit)."""
     return {"pretrained": str(model_dir), "device": config["device"], "dtype": config["dtype"],
-            "batch_size": config["batch_size"], "max_length": config["max_input_tokens"],
+            "batch_size": config["official_batch_size"], "max_length": config["max_input_tokens"],
             "attn_implementation": config["attn_implementation"], "logits_cache": True}
 
 

@@ -272,17 +272,18 @@ def score_candidates_cached(cache, model, tokenizer, context, candidates, limit,
     """scoring.score_candidates (parity mode), each candidate's score served from / stored into `cache`.
 
     Tokenisation and checks always run (they are cheap and the identity join needs them); only the forward pass
-    of a candidate found in the cache is skipped. The computed value is scoring.candidate_logprob's float."""
+    of a candidate found in the cache is skipped. The computed value is scoring.candidate_logprob's float, with
+    one forward pass per distinct input among the candidates not in the cache (scoring.candidate_logprob_memo)."""
     from experiments import scoring
 
-    scored, new, n_cached = [], [], 0
+    scored, new, n_cached, memo = [], [], 0, {}
     for cand in candidates:
         ctx_ids, cand_ids = scoring.encode_pair(tokenizer, context, cand, where)
         scoring.check_length(len(ctx_ids) + len(cand_ids), limit, where)
         key_item = candidate_item(item, context, cand, ctx_ids, cand_ids)
         score = cache.get(key_item)
         if score is None:
-            score = scoring.candidate_logprob(model, ctx_ids, cand_ids)
+            score = scoring.candidate_logprob_memo(model, ctx_ids, cand_ids, memo)
             new.append((key_item, score))
         else:
             n_cached += 1

@@ -7,6 +7,14 @@ from lm_eval.
 Context and context+candidate are tokenised together and the context tokens must be a prefix of the whole;
 a context ending in whitespace is refused (the boundary would be ambiguous). Inputs longer than the configured
 limit are an error, never truncated. One sequence per forward pass: no padding, no attention mask needed.
+
+One forward pass per distinct input, as lm-eval's HFLM runs it (its Collator with group_by="contexts" keys a
+request by context + continuation[:-1], runs one request per key and reads every other one from the same
+log-probabilities): candidates whose input ids (context + candidate but its last token) are identical -- every
+one-token candidate after one context, say -- share one pass. Each candidate's score is read from the last
+len(candidate) rows of its input's log-probabilities, the rows a pass of its own would have given: the input
+tensor is the same, so the score is bit for bit the same (tests/test_scoring.py compares it with
+candidate_logprob, one pass per candidate, on the real model).
 """
 import hashlib
 
@@ -62,14 +70,20 @@ def candidate_logprob(model, ctx_ids, cand_ids):
     return float(picked.sum())
 
 
+def input_key(ctx_ids, cand_ids):
+    """The ids the model sees for this candidate: context + candidate but its last token (lm-eval's group key)."""
+    return tuple(ctx_ids) + tuple(cand_ids[:-1])
+
+
 @torch.no_grad()
 def candidate_logprob_memo(model, ctx_ids, cand_ids, memo):
-    """candidate_logprob with the forward pass memoised on the exact input ids (context + candidate[:-1]).
+    """candidate_logprob with the forward pass memoised on the exact input ids (input_key).
 
     The same computation as candidate_logprob, run once per distinct input sequence: candidates that leave the
-    model the identical input (one-token candidates after one context) read their token's log-probability from
-    the same rows. The caller owns `memo` (a dict) and clears it when the contexts change."""
-    key = tuple((ctx_ids + cand_ids)[:-1])
+    model the identical input read their tokens' log-probabilities from the same rows (the last len(cand_ids)
+    rows of the input, which is where candidate_logprob reads them too). The caller owns `memo` (a dict; its
+    size is the number of forward passes run) and drops it when the contexts change."""
+    key = input_key(ctx_ids, cand_ids)
     if key not in memo:
         inp = torch.tensor([list(key)], dtype=torch.long)
         memo[key] = torch.log_softmax(model(inp).logits, dim=-1)[0]       # [L-1, vocab], fp32
@@ -91,13 +105,14 @@ def argmax_first(scores):
 def score_candidates(model, tokenizer, context, candidates, limit, where="", memo=None):
     """Score every candidate of one item: token ids, start boundary and summed log-probability for each.
 
-    With `memo` (a dict owned by the caller) identical input sequences share one forward pass
-    (candidate_logprob_memo); without it every candidate gets its own forward pass."""
+    One forward pass per distinct input sequence (candidate_logprob_memo): the candidates of this call share a
+    fresh memo, or `memo` (a dict owned by the caller) when several calls share inputs (the options experiment's
+    conditions over one list prompt)."""
+    memo = {} if memo is None else memo
     scored = []
     for cand in candidates:
         ctx_ids, cand_ids = encode_pair(tokenizer, context, cand, where)
         check_length(len(ctx_ids) + len(cand_ids), limit, where)
-        score = (candidate_logprob(model, ctx_ids, cand_ids) if memo is None
-                 else candidate_logprob_memo(model, ctx_ids, cand_ids, memo))
+        score = candidate_logprob_memo(model, ctx_ids, cand_ids, memo)
         scored.append({"text": cand, "token_ids": cand_ids, "start": len(ctx_ids), "score": score})
     return scored

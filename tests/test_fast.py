@@ -1,14 +1,12 @@
 """Fast mode of the independent scorer: agreement with parity mode, padding, shared prefixes, the plan, bench.py.
 
 No timed assertions: speed is measured by bench.py, not tested."""
-import json
 import random
 
 import pytest
 import torch
 
 import config
-from conftest import run_cli
 from experiments import fast_scoring, scoring, selection
 from experiments.fast_scoring import TokenRequest, plan
 from experiments.protocol import build_items
@@ -200,21 +198,3 @@ def test_plan_refuses_empty_context_or_candidate():
         plan([TokenRequest([], [[1]])], 1, 10)
     with pytest.raises(scoring.ScoringError):
         plan([TokenRequest([1], [[]])], 1, 10)
-
-
-# ---- bench.py plumbing (tiny model; the figures are not asserted) --------------------------------------------
-
-@pytest.mark.slow
-def test_bench_runs_every_method_and_writes_bench_json(tiny_cache, tmp_path):
-    out = tmp_path / "bench.json"
-    proc = run_cli("bench.py", "--cache", tiny_cache, "--model", "tiny-random-llama", "--n", "4", "--out", out)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    b = json.loads(out.read_text())
-    assert [r["method"] for r in b["table"]] == ["lm_eval_b1", "lm_eval_b16", "parity", "fast"]
-    assert b["work"]["n_items"] == 4 and b["work"]["R_rows"] == 4
-    assert b["work"]["T_tokens"] == b["work"]["context_tokens"]            # one-token candidates: contexts only
-    fm = b["flop_model"]
-    assert b["flops"] == 2 * fm["n_nonemb_matmul_params"] * b["work"]["T_tokens"] + 2 * fm["d_model"] * fm["vocab"] * 4
-    for r in b["table"]:
-        assert r["vs_parity_n_argmax_changes"] == 0 and r["peak_rss_mib"] > 0
-    assert "FLOP floor = 2 * N_nonemb * T + 2 * d_model * V * R" in proc.stdout

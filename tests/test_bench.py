@@ -1,0 +1,69 @@
+"""bench.py's plumbing and the larger SST-2-shaped benchmark file (the figures themselves are not asserted: speed
+is measured by bench.py on a quiet machine, never tested)."""
+import json
+
+import pytest
+
+from conftest import REPO, run_cli
+
+
+def test_reviews_872_is_the_generators_output_and_reads_as_glue_sst2():
+    import resources
+
+    proc = run_cli(REPO / "fixtures" / "make_reviews_872.py", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = resources.read_glue_tsv(REPO / "fixtures" / "reviews_872_dev.tsv")
+    assert len(rows) == 872 and [r["idx"] for r in rows] == list(range(872))
+    assert sum(r["label"] for r in rows) == 436
+    assert len({r["sentence"] for r in rows}) == 872
+    assert min(map(len, (r["sentence"] for r in rows))) < 20 < 200 < max(map(len, (r["sentence"] for r in rows)))
+
+
+def test_bench_refuses_a_bad_data_file_in_one_line(tmp_path):
+    bad = tmp_path / "dev.tsv"
+    bad.write_text("sentence\tlabel\nfine\t1\nbroken row without a label\n", encoding="utf-8")
+    proc = run_cli("bench.py", "--cache", tmp_path / "no-cache", "--data-file", bad)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: {bad}:3: expected '<sentence><TAB><0|1>', found "
+                                                "'broken row without a label'"]
+
+
+def test_bench_method_names(tmp_path):
+    """lm_eval_b<N> and fast_b<N> pass the --methods check (and reach the cache check); other names do not.
+    Through the command line: nothing imports bench.py."""
+    for methods in ("lm_eval_b0", "lm_eval_bx", "fast_b", "dual2", "parity,nope"):
+        proc = run_cli("bench.py", "--cache", tmp_path, "--methods", methods)
+        assert proc.returncode == 2 and "--methods" in proc.stderr, methods
+    proc = run_cli("bench.py", "--cache", tmp_path, "--methods", "lm_eval_b32,fast_b8,dual,options")
+    assert proc.returncode == 2 and "--methods" not in proc.stderr and "no prepared cache" in proc.stderr
+
+
+@pytest.mark.slow
+def test_bench_runs_every_method_on_a_data_file_and_writes_bench_json(tiny_cache, tmp_path):
+    """Every method on the tiny random model, 4 rows of a file read directly: the table, the ratios to lm-eval,
+    the floor, the dual run's exact official-vs-independent comparison (the experiments' own code), options."""
+    out, data = tmp_path / "bench.json", REPO / "fixtures" / "reviews_872_dev.tsv"
+    proc = run_cli("bench.py", "--cache", tiny_cache, "--model", "tiny-random-llama", "--n", "4", "--out", out,
+                   "--data-file", data, "--sgemm-size", "256")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    b = json.loads(out.read_text())
+    rows = {r["method"]: r for r in b["table"]}
+    assert list(rows) == ["lm_eval_b1", "lm_eval_b16", "parity", "fast", "dual", "options"]
+    import resources
+
+    assert b["data"] == "file:reviews_872_dev.tsv" and b["idx"] == [0, 1, 2, 3]
+    assert b["data_content_sha256"] == resources.content_sha256(resources.read_glue_tsv(data))
+    assert b["work"]["n_items"] == 4 and b["work"]["R_rows"] == 4
+    assert b["work"]["T_tokens"] == b["work"]["context_tokens"]            # one-token candidates: contexts only
+    fm = b["flop_model"]
+    assert b["flops"] == 2 * fm["n_nonemb_matmul_params"] * b["work"]["T_tokens"] + 2 * fm["d_model"] * fm["vocab"] * 4
+    for m, r in rows.items():
+        assert r["peak_rss_mib"] > 0 and r["failure"] is None
+        assert r["x_lm_eval_b1"] == pytest.approx(r["wall_s"] / rows["lm_eval_b1"]["wall_s"], rel=0.01)
+        if m != "options":
+            assert r["vs_parity_n_argmax_changes"] == 0
+    assert rows["dual"]["official_vs_independent"]["n_scores_equal"] == 8 == rows["dual"]["vs_parity_n_scores_equal"]
+    assert rows["dual"]["official_batch_size"] == b["official_batch_size"]
+    assert rows["dual"]["x_flop_floor"] == pytest.approx(rows["dual"]["wall_s"] / (2 * b["flop_floor_s"]), rel=0.01)
+    assert b["work_done"]["parity"]["forward_passes"] == 4                 # one per distinct input
+    assert "FLOP floor = 2 * N_nonemb * T + 2 * d_model * V * R" in proc.stdout and "targets:" in proc.stdout
