@@ -55,7 +55,20 @@ def parse_args(argv=None):
     p.add_argument("--split", choices=["dev", "confirm"], default="dev",
                    help="dev (default) or confirm: the 128 held-back confirmation items; only when you mean it")
     p.add_argument("--data", default=shared["data"], help="data resource id from resources.lock.json")
-    p.add_argument("--model", default=shared["model"], help="model resource id from resources.lock.json")
+    p.add_argument("--model", default=shared["model"],
+                   help="model resource id from resources.lock.json, or PATH to a local Hugging Face causal-LM "
+                        "directory (config.json, *.safetensors, tokenizer.json): every file is hashed into the run "
+                        "identity (no lock entry needed); pickled weights are never loaded")
+    p.add_argument("--device", default=shared["device"],
+                   help=f"torch device for both paths: cpu (default: {shared['device']}) or cuda / cuda:N where a "
+                        "GPU is present. Bit-exact agreement is claimed for cpu float32 only; elsewhere the run "
+                        "states the measured max abs diff against config.py's agreement_tolerance")
+    p.add_argument("--threads", type=int, default=shared["threads"],
+                   help=f"torch threads for both paths (default {shared['threads']}: config.py, from the "
+                        "EVAL_TORCH_THREADS environment variable when set); recorded in config and identity")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=shared["dtype"],
+                   help=f"weights and activations dtype for both paths (default {shared['dtype']}); a reduced "
+                        "dtype is compared against a tolerance, not claimed exact")
     p.add_argument("--no-sort-samples", action="store_true",
                    help="protocol experiment: reproduce lm-eval 0.4.9.2's doc_id defect by passing the item "
                         "indices to lm-eval unsorted on purpose (the rank order, or the rank order reversed when it "
@@ -87,6 +100,8 @@ def parse_args(argv=None):
 
 def check_flags(args):
     """Flag combinations refused before anything is loaded."""
+    if args.threads < 1:
+        raise ResourceError(f"--threads {args.threads}: expected an integer >= 1")
     if args.allow_partial_groups and args.limit is None:
         raise ResourceError("--allow-partial-groups only applies together with --limit N")
     if args.limit is not None and (args.limit < 1 or args.smoke):
@@ -123,8 +138,21 @@ def import_experiments(names, chatter):
     return modules, time.perf_counter() - t0
 
 
+def check_device(args):
+    """--device: cpu, or cuda[:N] only where torch sees that GPU (after the imports: it asks torch)."""
+    from adapter import device_problem
+
+    problem = device_problem(args.device)
+    if problem:
+        raise ResourceError(f"--device {args.device}: {problem}")
+
+
 def verified_inputs(args):
-    model_dir, parquet, model_identity, data_entry = resources.verified_inputs(args.cache, args.model, args.data)
+    """--model is a lock id or a local directory (local_model.local_identity); --data a lock id."""
+    import local_model
+
+    model_dir, parquet, model_identity, data_entry = resources.verified_inputs(
+        args.cache, args.model, args.data, local_model=local_model.local_identity)
     return Inputs(cache=Path(args.cache), model_dir=model_dir, model_identity=model_identity, data_id=args.data,
                   parquet_path=parquet, data_content_sha256=data_entry["content_sha256"])
 
@@ -134,10 +162,17 @@ def options_of(args):
                    limit=args.limit, allow_partial_groups=args.allow_partial_groups, verbose=args.verbose)
 
 
+def numerics_overrides(args):
+    """--device, --threads, --dtype as overrides of config.py's shared keys (the single source of their defaults)."""
+    return {"device": args.device, "threads": args.threads, "dtype": args.dtype}
+
+
 def context_for(module, args, inputs, options, stages):
-    """The experiment's Context: its effective config is its CONFIG_SECTIONS merged flat, with --model and --data."""
+    """The experiment's Context: its effective config is its CONFIG_SECTIONS merged flat, with --model (the lock id,
+    or the local directory's resolved path), --data, --device, --threads and --dtype."""
     split = "smoke" if args.smoke else args.split
-    effective = config.effective(module.CONFIG_SECTIONS, {"model": args.model, "data": args.data})
+    effective = config.effective(module.CONFIG_SECTIONS, {"model": inputs.model_identity["id"], "data": args.data,
+                                                          **numerics_overrides(args)})
     return Context(name=module.NAME, split=split, config=effective, inputs=inputs, options=options, stages=stages)
 
 
@@ -153,6 +188,7 @@ def run_identity(env, ctx, sections, result):
     return {
         "model_sha256": ctx.inputs.model_identity["model_sha256"],
         "tokenizer_sha256": ctx.inputs.model_identity["tokenizer_sha256"],
+        **local_model_identity(ctx.inputs.model_identity),
         # an experiment with its own data (mctaco) names it; the others score the --data resource
         "data_content_sha256": result.config.get("data_content_sha256", ctx.inputs.data_content_sha256),
         "prompt_template_sha256": result.prompt_template_sha256,
@@ -164,6 +200,14 @@ def run_identity(env, ctx, sections, result):
         "official_config_sha256": sha256_json(result.config.get("official")),
         "run_id": env["run_id"],
     }
+
+
+def local_model_identity(model_identity):
+    """A local --model directory's per-file hashes and source (identity.json model_files, model_source): the
+    model_sha256 and tokenizer_sha256 above are derived from them (local_model.HASH_RULE). {} for a lock id."""
+    if model_identity.get("source") != "local":
+        return {}
+    return {"model_source": "local", "model_files": model_identity["files"]}
 
 
 def install(tmp_dir, final_dir):
@@ -390,15 +434,16 @@ def run_all(args, chatter):
     check_out(args, EXPERIMENTS)
     modules, imports_s = import_experiments(list(dict.fromkeys(args.experiment or EXPERIMENTS)), chatter)
     check_limit(args, modules)
+    check_device(args)
     inputs = verified_inputs(args)
     check_result_caches(args, modules, inputs)
     import torch
 
     out = setup_out(args, EXPERIMENTS)
     options = options_of(args)
-    env = {**environment(config.CONFIG["shared"]["threads"]), "run_id": new_run_id()}
+    env = {**environment(args.threads), "run_id": new_run_id()}
     chatter.to_file(out / "run.log", " ".join(["run.py", *sys.argv[1:]]) + f" (run id {env['run_id']})")
-    torch.set_num_threads(config.CONFIG["shared"]["threads"])  # process-wide: both paths alike
+    torch.set_num_threads(args.threads)  # process-wide: both paths alike (--threads, default config.py)
     if args.split == "confirm":
         print("*** CONFIRMATION SPLIT: scoring the 128 held-back items; every output says so ***")
     done = {"installed": [], "failed": []}

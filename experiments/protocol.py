@@ -131,7 +131,7 @@ def run_independent(ctx, items):
                        items_from_cache=n_items_cached)
     if cache is not None:
         cache.close()
-    meta = {**two_paths.model_facts(model), "result_cache": cache_stats}
+    meta = {**two_paths.model_facts(model, tokenizer), "result_cache": cache_stats}
     fast = run_fast(ctx, items, model, tokenizer) if ctx.options.fast else None
     return out, meta, fast
 
@@ -162,21 +162,22 @@ def sst2_fields(sample, item):
     ]
 
 
-def join_and_check(items, samples, boundaries, independent, official_meta):
-    """Join every logged official sample to its item by doc_id and check each identity field. A failure carries
-    the order the indices were passed to lm-eval in (what --no-sort-samples demonstrates)."""
+def join_and_check(items, samples, boundaries, independent, official_meta, prefix_ids=None):
+    """Join every logged official sample to its item by doc_id and check each identity field (and lm-eval's
+    leading special tokens against the independent path's `prefix_ids`). A failure carries the order the indices
+    were passed to lm-eval in (what --no-sort-samples demonstrates)."""
     try:
-        return two_paths.join_samples(items, samples, boundaries, independent, sst2_fields, "items")
+        return two_paths.join_samples(items, samples, boundaries, independent, sst2_fields, "items", prefix_ids)
     except IdentityMismatch as e:
         e.details = {"indices_passed_to_lm_eval": official_meta["indices_passed_to_lm_eval"],
                      "indices_order": official_meta["indices_order"]}
         raise
 
 
-def compare(items, official_by_idx, independent):
+def compare(items, official_by_idx, independent, tolerance=0.0):
     records, texts, bad = [], [], []
     for it in items:
-        record, agrees = two_paths.compare_item(it, official_by_idx[it["idx"]], independent[it["idx"]])
+        record, agrees = two_paths.compare_item(it, official_by_idx[it["idx"]], independent[it["idx"]], tolerance)
         record["rank"] = it["rank"]
         if not agrees:
             bad.append((it["idx"], "scores", record["official"]["scores"], record["independent"]["scores"]))
@@ -295,11 +296,16 @@ def score_and_compare(ctx, items):
     independent, independent_meta, fast = run_independent(ctx, items)
     two_paths.check_same_loading(official_meta, independent_meta)
     with stages.stage("compare"):
-        official_by_idx = join_and_check(items, samples, boundaries, independent, official_meta)
-        records, texts, bad = compare(items, official_by_idx, independent)
+        official_by_idx = join_and_check(items, samples, boundaries, independent, official_meta,
+                                         independent_meta["special_tokens"]["prefix_ids"])
+        tolerance = two_paths.agreement_tolerance(config)
+        records, texts, bad = compare(items, official_by_idx, independent, tolerance)
         if bad:
-            raise IdentityMismatch(f"{len(bad)} items differ between the official and independent scores", bad)
+            raise IdentityMismatch(f"{len(bad)} items differ between the official and independent scores"
+                                   + (f" by more than the tolerance {tolerance}" if tolerance else ""), bad)
         summary = summarise(records, ctx.split, official_meta)
+        summary["agreement_claim"] = two_paths.agreement_claim(config, summary["agreement"]["max_abs_diff"],
+                                                               summary["agreement"]["n_prediction_mismatches"])
         if fast is not None:
             summary["fast"], bad = compare_fast(records, fast, independent_meta["result_cache"], config,
                                                 stages.stages)
