@@ -171,7 +171,9 @@ def context_for(module, args, inputs, options, stages):
     """The experiment's Context: its effective config is its CONFIG_SECTIONS merged flat, with --model (the lock id,
     or the local directory's resolved path), --data, --device, --threads and --dtype."""
     split = "smoke" if args.smoke else args.split
-    effective = config.effective(module.CONFIG_SECTIONS, {"model": inputs.model_identity["id"], "data": args.data,
+    local = inputs.model_identity.get("source") == "local"
+    model = inputs.model_identity["id"] if local else args.model
+    effective = config.effective(module.CONFIG_SECTIONS, {"model": model, "data": args.data,
                                                           **numerics_overrides(args)})
     return Context(name=module.NAME, split=split, config=effective, inputs=inputs, options=options, stages=stages)
 
