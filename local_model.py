@@ -137,6 +137,21 @@ def check_weights_and_tokenizer(root, files):
                             "(tokenizer.json) in the directory (a directory without a tokenizer is refused)")
 
 
+def has_chat_template(model_dir):
+    """True when the tokenizer files carry a chat template (tokenizer_config.json chat_template, or
+    chat_template.jinja / chat_template.json beside it), as transformers reads it."""
+    root = Path(model_dir)
+    if (root / "chat_template.jinja").is_file() or (root / "chat_template.json").is_file():
+        return True
+    path = root / "tokenizer_config.json"
+    if not path.is_file() or path.stat().st_size > 64 * MAX_CONFIG_BYTES:
+        return False
+    try:
+        return bool(json.loads(path.read_bytes().decode("utf-8")).get("chat_template"))
+    except (ValueError, UnicodeDecodeError, RecursionError, AttributeError):
+        return False
+
+
 def local_identity(model_dir):
     """Check the directory and hash every file: the model identity run.py records (identity.json, config.json
     "model") and the result cache keys on. Raises ResourceError (one line) for a directory that is refused."""

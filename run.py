@@ -102,6 +102,9 @@ def check_flags(args):
     """Flag combinations refused before anything is loaded."""
     if args.threads < 1:
         raise ResourceError(f"--threads {args.threads}: expected an integer >= 1")
+    if args.fast and args.device != "cpu":
+        raise ResourceError(f"--fast with --device {args.device}: fast mode (experiments/fast_scoring.py) runs on the "
+                            "cpu only; drop --fast or use --device cpu")
     if args.allow_partial_groups and args.limit is None:
         raise ResourceError("--allow-partial-groups only applies together with --limit N")
     if args.limit is not None and (args.limit < 1 or args.smoke):
@@ -160,6 +163,20 @@ def verified_inputs(args):
 def options_of(args):
     return Options(out=Path(args.out), no_sort_samples=args.no_sort_samples, fast=args.fast, no_cache=args.no_cache,
                    limit=args.limit, allow_partial_groups=args.allow_partial_groups, verbose=args.verbose)
+
+
+def check_model_fits(modules, inputs):
+    """A local --model directory without a chat template cannot run the experiments that render chat prompts
+    (NEEDS_CHAT_TEMPLATE): refused before anything is loaded, naming them."""
+    import local_model
+
+    if inputs.model_identity.get("source") != "local" or local_model.has_chat_template(inputs.model_dir):
+        return
+    needs = [name for name, m in modules.items() if getattr(m, "NEEDS_CHAT_TEMPLATE", False)]
+    if needs:
+        raise ResourceError(f"--model {inputs.model_dir}: no chat template (tokenizer_config.json chat_template or "
+                            f"chat_template.jinja), which experiment(s) {', '.join(needs)} need; name the others "
+                            "with --experiment (protocol, options, mctaco)")
 
 
 def numerics_overrides(args):
@@ -438,6 +455,7 @@ def run_all(args, chatter):
     check_limit(args, modules)
     check_device(args)
     inputs = verified_inputs(args)
+    check_model_fits(modules, inputs)
     check_result_caches(args, modules, inputs)
     import torch
 

@@ -9,6 +9,8 @@ An experiment module exposes
     data_label(ctx) -> str      the data the experiment scores, for the console header printed before run()
     run(ctx: Context) -> Result
     SUPPORTS_LIMIT              optional, default False: the experiment implements --limit N
+    NEEDS_CHAT_TEMPLATE         optional, default False: it renders prompts with the tokenizer's chat template, so
+                                run.py refuses a local --model directory that has none
     DOCUMENTS_ARE_GROUP_PARTS   optional, default False: its documents are parts of a group, so --limit can cut a
                                 group and run.py refuses it unless --allow-partial-groups
 

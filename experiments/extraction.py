@@ -35,6 +35,7 @@ from experiments.selection import config_head, load_rows, select_items
 
 NAME = "extraction"
 CONFIG_SECTIONS = ("shared", "extraction")
+NEEDS_CHAT_TEMPLATE = True     # the prompts go through the tokenizer's chat template (run.py checks a local model)
 PREREGISTRATION_FILE = "extraction.preregistration.json"     # in O/, written before the model is loaded
 SCORERS = ("exact", "strict", "regex")
 LM_EVAL_FILES = ["filters/__init__.py", "filters/extraction.py", "filters/selection.py", "api/filter.py",

@@ -334,3 +334,27 @@ def test_identity_join_catches_a_bos_disagreement(tiny_dirs):
     lm_default = official.make_hflm(official.hflm_args(tiny_dirs["llama"], conf))
     assert two_paths.join_samples([item], [sample], two_paths.official_boundaries(lm_default, [item]), independent,
                                   lambda s, it: [], "items", scoring.special_tokens(tok)["prefix_ids"])
+
+
+def test_a_directory_without_chat_template_is_refused_for_chat_experiments(tiny_dirs, tmp_path):
+    """extraction and harness render chat prompts (NEEDS_CHAT_TEMPLATE): run.py refuses a local directory without
+    a chat template for them on one line, and lets protocol/options/mctaco run; a template makes it acceptable."""
+    import importlib
+
+    import local_model
+    import run as run_py
+    from experiments.context import Inputs
+    from resources import ResourceError
+
+    modules = {n: importlib.import_module(f"experiments.{n}") for n in ("protocol", "options", "harness", "extraction")}
+    inputs = Inputs(cache=tmp_path, model_dir=tiny_dirs["gpt2"], model_identity={"source": "local"}, data_id="d",
+                    parquet_path=tmp_path, data_content_sha256="0")
+    with pytest.raises(ResourceError, match="no chat template .* harness, extraction need") as e:
+        run_py.check_model_fits(modules, inputs)
+    assert "\n" not in str(e.value)
+    run_py.check_model_fits({n: modules[n] for n in ("protocol", "options")}, inputs)
+    with_template = tmp_path / "t"
+    shutil.copytree(tiny_dirs["gpt2"], with_template)
+    (with_template / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    assert local_model.has_chat_template(with_template) and not local_model.has_chat_template(tiny_dirs["gpt2"])
+    run_py.check_model_fits(modules, Inputs(**{**inputs.__dict__, "model_dir": with_template}))
