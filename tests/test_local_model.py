@@ -358,3 +358,32 @@ def test_a_directory_without_chat_template_is_refused_for_chat_experiments(tiny_
     (with_template / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
     assert local_model.has_chat_template(with_template) and not local_model.has_chat_template(tiny_dirs["gpt2"])
     run_py.check_model_fits(modules, Inputs(**{**inputs.__dict__, "model_dir": with_template}))
+
+
+def test_the_result_cache_never_serves_one_local_directory_to_another(tiny_dirs, tmp_path):
+    """A score stored under one local directory's identity misses under another's (they differ in one config
+    byte), and hits under the same directory's identity recomputed from its files."""
+    import config
+    import local_model
+    from experiments import result_cache
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_dirs["gpt2"], copy)
+    (copy / "generation_config.json").write_text((copy / "generation_config.json").read_text() + " ")
+    conf = config.effective(["shared", "protocol"], {"threads": 1})
+
+    def cache_for(directory):
+        ident = local_model.local_identity(directory)
+        run = result_cache.run_identity(
+            model_sha256=ident["model_sha256"], tokenizer_sha256=ident["tokenizer_sha256"], data_content_sha256="d",
+            prompt_template_sha256="p", config={**conf, "model": ident["id"]}, scorer="independent-parity",
+            code_sha256="c", versions={}, platform={})
+        return result_cache.ResultCache(tmp_path / "results.sqlite", run)
+
+    item = {"idx": 1, "candidate": " positive"}
+    first = cache_for(tiny_dirs["gpt2"])
+    with first.batch():
+        first.put(item, -1.5)
+    assert cache_for(tiny_dirs["gpt2"]).get(item) == -1.5
+    assert cache_for(copy).get(item) is None
+    assert first.run["model_sha256"] != cache_for(copy).run["model_sha256"]
