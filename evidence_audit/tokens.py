@@ -89,8 +89,8 @@ def encode(tok, text):
     plain = tok.encode(text, add_special_tokens=False).ids
     full = tok.encode(text, add_special_tokens=True).ids
     if full[len(full) - len(plain):] != plain:
-        raise Unreadable(f"the tokenizer appends special tokens after a text ({full[len(plain):]}); a candidate "
-                         "boundary cannot be checked")
+        raise Unreadable(f"the tokenizer adds special tokens after a text (with them {full}, without {plain}); a "
+                         "candidate boundary cannot be checked")
     return full
 
 
