@@ -169,27 +169,52 @@ def materialise_from_gguf(gguf_path, out_dir):
 # ---- loading (shared settings for both scoring paths) ----------------------------------------------------------
 
 def load_tokenizer(model_dir):
+    """AutoTokenizer over a prepared or local directory. For the SmolLM2 vocabulary (it holds <|im_start|>), a guard
+    that the tokenizer prepends no BOS: transformers' own GGUF conversion would (module docstring, 2). Another
+    tokenizer keeps its own special-token configuration; experiments/scoring.special_tokens derives and records
+    what it adds."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    ids = tok("x")["input_ids"]
-    if ids and ids[0] == tok.convert_tokens_to_ids(BOS_TOKEN):
-        raise RuntimeError(f"{model_dir}: tokenizer prepends {BOS_TOKEN}; SmolLM2 adds no BOS")
+    if BOS_TOKEN in tok.get_vocab():
+        ids = tok("x")["input_ids"]
+        if ids and ids[0] == tok.convert_tokens_to_ids(BOS_TOKEN):
+            raise RuntimeError(f"{model_dir}: tokenizer prepends {BOS_TOKEN}; SmolLM2 adds no BOS")
     return tok
 
 
-def model_kwargs(config):
-    """The from_pretrained arguments that can change a score; both paths use exactly these."""
+def device_problem(device):
+    """None when torch can run on `device` (cpu, or cuda / cuda:N with that GPU present), else why not."""
     import torch
 
-    return {"dtype": getattr(torch, config["dtype"]), "attn_implementation": config["attn_implementation"]}
+    if device == "cpu":
+        return None
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        if not torch.cuda.is_available():
+            return "no CUDA device is available here (torch.cuda.is_available() is False); use --device cpu"
+        index = int(device[5:]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            return f"cuda:{index} does not exist ({torch.cuda.device_count()} CUDA device(s))"
+        return None
+    return "expected cpu, cuda or cuda:N"
+
+
+def model_kwargs(config):
+    """The from_pretrained arguments that can change a score; both paths use exactly these. use_safetensors=True:
+    a pickled checkpoint (.bin) is never loaded, also where one lies beside the safetensors."""
+    import torch
+
+    return {"dtype": getattr(torch, config["dtype"]), "attn_implementation": config["attn_implementation"],
+            "use_safetensors": True}
 
 
 def load_model(model_dir, config):
+    """The model on config["device"] in config["dtype"], eval mode, with config["threads"] torch threads."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(config["threads"])
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), **model_kwargs(config))
+    model.to(config["device"])
     model.eval()
     return model

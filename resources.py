@@ -651,36 +651,50 @@ def verify_resource_files(cache, rid, manifest=None):
     return entry
 
 
-def verified_inputs(cache, model_id, data_id):
+def verified_inputs(cache, model_id, data_id, local_model=None):
     """Re-hash the model and data files the manifest vouches for; nothing unverified is ever read.
 
     Returns (model_dir, parquet, model_identity, data_entry): the model's Hugging Face directory, the data's
     parquet (data/<id>/<split>.parquet), {id, dir, model_sha256, tokenizer_sha256, source}, and the data's
     manifest entry. (The data's content against its lock: verified_data.)
-    Raises ResourceError naming the file and what to do."""
+    `model_id` is a lock id, or (when `local_model` is given) the path of a local Hugging Face directory: see
+    verified_model. Raises ResourceError naming the file and what to do."""
     cache = Path(cache)
     if not (cache / MANIFEST).exists():
         raise ResourceError(f"{cache / MANIFEST}: no prepared cache here; run: python prepare.py --cache {cache}")
     manifest = load_manifest(cache)
-    model_entry = verify_resource_files(cache, model_id, manifest)
+    model_dir, model_identity = verified_model(cache, model_id, manifest, local_model)
     data_entry = verify_resource_files(cache, data_id, manifest)
-    model_dir = cache / "models" / model_id
     parquet = data_parquet(cache, data_id, data_entry)
-    for path, entry in ((model_dir / "model.safetensors", model_entry), (model_dir / "tokenizer.json", model_entry),
-                        (parquet, data_entry)):
-        rel = str(path.relative_to(cache))
-        if rel not in entry["files"]:
+    if str(parquet.relative_to(cache)) not in data_entry["files"]:
+        raise ResourceError(f"{parquet}: not listed in the manifest; run: python prepare.py --cache {cache}")
+    if data_entry["kind"] != "data":
+        raise ResourceError(f"{cache / MANIFEST}: --data {data_id} is a {data_entry['kind']} entry; run: python "
+                            f"prepare.py --cache {cache}")
+    return model_dir, parquet, model_identity, data_entry
+
+
+def verified_model(cache, model_id, manifest, local_model=None):
+    """(model_dir, model_identity) of --model: a lock id re-hashed against the cache manifest, or an existing
+    directory, checked and hashed file by file by `local_model(path) -> identity` (run.py passes
+    local_model.local_identity: source "local", no lock entry; this module imports nothing of the repository)."""
+    if local_model is not None and model_id and Path(model_id).is_dir():
+        identity = local_model(model_id)
+        return Path(identity["dir"]), identity
+    model_entry = verify_resource_files(cache, model_id, manifest)
+    model_dir = cache / "models" / model_id
+    for path in (model_dir / "model.safetensors", model_dir / "tokenizer.json"):
+        if str(path.relative_to(cache)) not in model_entry["files"]:
             raise ResourceError(f"{path}: not listed in the manifest; run: python prepare.py --cache {cache}")
-    model_identity = {
+    if model_entry["kind"] != "model":
+        raise ResourceError(f"{cache / MANIFEST}: --model {model_id} is a {model_entry['kind']} entry; run: python "
+                            f"prepare.py --cache {cache}")
+    return model_dir, {
         "id": model_id, "dir": str(model_dir),
         "model_sha256": model_entry["files"][f"models/{model_id}/model.safetensors"]["sha256"],
         "tokenizer_sha256": model_entry["files"][f"models/{model_id}/tokenizer.json"]["sha256"],
         "source": model_entry["source"],
     }
-    if data_entry["kind"] != "data" or model_entry["kind"] != "model":
-        raise ResourceError(f"{cache / MANIFEST}: --model {model_id} is a {model_entry['kind']} entry and --data "
-                            f"{data_id} a {data_entry['kind']} entry; run: python prepare.py --cache {cache}")
-    return model_dir, parquet, model_identity, data_entry
 
 
 def fail(message, code=2):

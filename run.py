@@ -60,7 +60,20 @@ def parse_args(argv=None):
                                   "data (mc-taco, mc-taco-test, fixture-mctaco, ...) to mctaco; an experiment named "
                                   "with data of the other schema is refused. Default: each experiment's own "
                                   f"(SST-2: {shared['data']}; mctaco: config mctaco_data)")
-    p.add_argument("--model", default=shared["model"], help="model resource id from resources.lock.json")
+    p.add_argument("--model", default=shared["model"],
+                   help="model resource id from resources.lock.json, or PATH to a local Hugging Face causal-LM "
+                        "directory (config.json, *.safetensors, tokenizer.json): every file is hashed into the run "
+                        "identity (no lock entry needed); pickled weights are never loaded")
+    p.add_argument("--device", default=shared["device"],
+                   help=f"torch device for both paths: cpu (default: {shared['device']}) or cuda / cuda:N where a "
+                        "GPU is present. Bit-exact agreement is claimed for cpu float32 only; elsewhere the run "
+                        "states the measured max abs diff against config.py's agreement_tolerance")
+    p.add_argument("--threads", type=int, default=shared["threads"],
+                   help=f"torch threads for both paths (default {shared['threads']}: config.py, from the "
+                        "EVAL_TORCH_THREADS environment variable when set); recorded in config and identity")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=shared["dtype"],
+                   help=f"weights and activations dtype for both paths (default {shared['dtype']}); a reduced "
+                        "dtype is compared against a tolerance, not claimed exact")
     p.add_argument("--no-sort-samples", action="store_true",
                    help="protocol experiment: reproduce lm-eval 0.4.9.2's doc_id defect by passing the item "
                         "indices to lm-eval unsorted on purpose (the rank order, or the rank order reversed when it "
@@ -111,6 +124,11 @@ def parse_shard(text):
 
 def check_flags(args):
     """Flag combinations refused before anything is loaded."""
+    if args.threads < 1:
+        raise ResourceError(f"--threads {args.threads}: expected an integer >= 1")
+    if args.fast and args.device != "cpu":
+        raise ResourceError(f"--fast with --device {args.device}: fast mode (experiments/fast_scoring.py) runs on the "
+                            "cpu only; drop --fast or use --device cpu")
     if args.allow_partial_groups and args.limit is None:
         raise ResourceError("--allow-partial-groups only applies together with --limit N")
     if args.limit is not None and (args.limit < 1 or args.smoke):
@@ -172,8 +190,22 @@ def route_data(args, modules, named):
     return {n: {"mctaco_data": args.data} for n, w in wants.items() if w == "mctaco" and schema == "mctaco"}
 
 
+def check_device(args):
+    """--device: cpu, or cuda[:N] only where torch sees that GPU (after the imports: it asks torch)."""
+    from adapter import device_problem
+
+    problem = device_problem(args.device)
+    if problem:
+        raise ResourceError(f"--device {args.device}: {problem}")
+
+
 def verified_inputs(args):
-    model_dir, parquet, model_identity, data_entry = resources.verified_inputs(args.cache, args.model, args.data)
+    """--model is a lock id or a local directory (local_model.local_identity); --data a lock id or a --name import,
+    verified against the lock that pins it (resources.verified_data)."""
+    import local_model
+
+    model_dir, parquet, model_identity, data_entry = resources.verified_inputs(
+        args.cache, args.model, args.data, local_model=local_model.local_identity)
     parquet, data_entry = resources.verified_data(args.cache, args.data)
     return Inputs(cache=Path(args.cache), model_dir=model_dir, model_identity=model_identity, data_id=args.data,
                   parquet_path=parquet, data_content_sha256=data_entry["content_sha256"])
@@ -184,11 +216,34 @@ def options_of(args):
                    limit=args.limit, allow_partial_groups=args.allow_partial_groups, verbose=args.verbose)
 
 
+def check_model_fits(modules, inputs):
+    """A local --model directory without a chat template cannot run the experiments that render chat prompts
+    (NEEDS_CHAT_TEMPLATE): refused before anything is loaded, naming them."""
+    import local_model
+
+    if inputs.model_identity.get("source") != "local" or local_model.has_chat_template(inputs.model_dir):
+        return
+    needs = [name for name, m in modules.items() if getattr(m, "NEEDS_CHAT_TEMPLATE", False)]
+    if needs:
+        raise ResourceError(f"--model {inputs.model_dir}: no chat template (tokenizer_config.json chat_template or "
+                            f"chat_template.jinja), which experiment(s) {', '.join(needs)} need; name the others "
+                            "with --experiment (protocol, options, mctaco)")
+
+
+def numerics_overrides(args):
+    """--device, --threads, --dtype as overrides of config.py's shared keys (the single source of their defaults)."""
+    return {"device": args.device, "threads": args.threads, "dtype": args.dtype}
+
+
 def context_for(module, args, inputs, options, stages, routed=None):
-    """The experiment's Context: its effective config is its CONFIG_SECTIONS merged flat, with --model and --data
-    (and, for an experiment --data was routed to by schema, its own data key: route_data)."""
+    """The experiment's Context: its effective config is its CONFIG_SECTIONS merged flat, with --model (the lock id,
+    or the local directory's resolved path), --data, --device, --threads and --dtype (and, for an experiment --data
+    was routed to by schema, its own data key: route_data)."""
     split = "smoke" if args.smoke else args.split
-    effective = config.effective(module.CONFIG_SECTIONS, {"model": args.model, "data": args.data,
+    local = inputs.model_identity.get("source") == "local"
+    model = inputs.model_identity["id"] if local else args.model
+    effective = config.effective(module.CONFIG_SECTIONS, {"model": model, "data": args.data,
+                                                          **numerics_overrides(args),
                                                           **(routed or {}).get(module.NAME, {})})
     return Context(name=module.NAME, split=split, config=effective, inputs=inputs, options=options, stages=stages)
 
@@ -205,6 +260,7 @@ def run_identity(env, ctx, sections, result):
     return {
         "model_sha256": ctx.inputs.model_identity["model_sha256"],
         "tokenizer_sha256": ctx.inputs.model_identity["tokenizer_sha256"],
+        **local_model_identity(ctx.inputs.model_identity),
         # an experiment with its own data (mctaco) names it; the others score the --data resource
         "data_content_sha256": result.config.get("data_content_sha256", ctx.inputs.data_content_sha256),
         "prompt_template_sha256": result.prompt_template_sha256,
@@ -216,6 +272,14 @@ def run_identity(env, ctx, sections, result):
         "official_config_sha256": sha256_json(result.config.get("official")),
         "run_id": env["run_id"],
     }
+
+
+def local_model_identity(model_identity):
+    """A local --model directory's per-file hashes and source (identity.json model_files, model_source): the
+    model_sha256 and tokenizer_sha256 above are derived from them (local_model.HASH_RULE). {} for a lock id."""
+    if model_identity.get("source") != "local":
+        return {}
+    return {"model_source": "local", "model_files": model_identity["files"]}
 
 
 def install(tmp_dir, final_dir):
@@ -475,17 +539,19 @@ def run_all(args, chatter):
     check_limit(args, modules)
     routed = route_data(args, modules, named=bool(args.experiment))
     check_parallel(args, modules)
+    check_device(args)
     inputs = verified_inputs(args)
+    check_model_fits(modules, inputs)
     on_rank0(check_result_caches, args, modules, inputs)
     import torch
 
     out = on_rank0(setup_out, args, EXPERIMENTS) or Path(args.out)
     options = options_of(args)
-    env = parallel.broadcast({**environment(config.CONFIG["shared"]["threads"]), "run_id": new_run_id()})
+    env = parallel.broadcast({**environment(args.threads), "run_id": new_run_id()})
     identity = check_merge_identity(args, modules, inputs, env, shard_docs)
     if parallel.is_writer():
         chatter.to_file(out / "run.log", " ".join(["run.py", *sys.argv[1:]]) + f" (run id {env['run_id']})")
-    torch.set_num_threads(config.CONFIG["shared"]["threads"])  # process-wide: both paths alike
+    torch.set_num_threads(args.threads)  # process-wide: both paths alike (--threads, default config.py)
     if args.split == "confirm":
         print("*** CONFIRMATION SPLIT: scoring the 128 held-back items; every output says so ***")
     done = {"installed": [], "failed": []}

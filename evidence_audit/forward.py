@@ -9,8 +9,9 @@ import math
 import time
 from pathlib import Path
 
-from evidence_audit.checks import MISSING, expect
+from evidence_audit.checks import MISSING, expect, get
 from evidence_audit.definitions import argmax_first
+from evidence_audit.model_files import is_local, rehash_problems
 from evidence_audit.reading import read_json, sha256_file
 
 L = "forward"
@@ -119,11 +120,19 @@ def model_for_forward(C, name, ident, tokens, model_dir):
             C.skip(name, L, check, f"model not found ({st}); pass --cache with the prepared cache")
         return None
     bad = []
-    expect(bad, str(st), "sha256", sha256_file(st), ident.get("model_sha256", MISSING) if ident else MISSING,
-           "identity.json model_sha256: the cached weights are not the ones the evidence names")
-    C.add(name, L, "model file (sha256 == identity.json model_sha256)", 1, bad)
+    if is_local(ident):     # a local --model directory: every file it had, re-hashed
+        rehash_problems(bad, model_dir, ident, sorted(ident.get("model_files") or {}))
+        C.add(name, L, "model files (sha256 of each == identity.json model_files)", 1, bad)
+    else:
+        expect(bad, str(st), "sha256", sha256_file(st), ident.get("model_sha256", MISSING) if ident else MISSING,
+               "identity.json model_sha256: the cached weights are not the ones the evidence names")
+        C.add(name, L, "model file (sha256 == identity.json model_sha256)", 1, bad)
     model, why = None, ("needs the identity level's verified token ids (private texts + tokenizer), which were "
                         "unavailable or failed")
+    dtype = get(ident, "scoring_config.dtype") if ident else MISSING
+    if dtype not in ("float32", MISSING):
+        model, why, tokens = None, (f"the evidence was scored in {dtype}; audit.py's forward pass is float32 only, "
+                                    f"and its tolerance {FORWARD_TOL:g} does not apply to {dtype} scores"), None
     if tokens is not None:
         try:
             use_threads()

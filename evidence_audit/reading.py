@@ -236,6 +236,12 @@ def resolve_cache(cfg, cache):
     cache/data/<id>) or a model dir; default: the model dir config.json records, whose grandparent is the cache."""
     model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
     model_id, data_id = model.get("id"), cfg.get("data")
+    if model.get("source") == "local" and isinstance(model.get("dir"), str):
+        # a local --model directory: the one config.json names (its files are re-hashed against identity.json);
+        # the data still comes from the cache, when --cache names one
+        root = Path(cache) if cache is not None else None
+        parquet = root / "data" / data_id / "validation.parquet" if root and isinstance(data_id, str) else None
+        return Path(model["dir"]), parquet
     if cache is not None:
         cache = Path(cache)
         if (cache / "config.json").exists() and (cache / "tokenizer.json").exists():

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from evidence_audit.checks import MISSING, compare_tree, expect, get, short
 from evidence_audit.definitions import SPLITS, argmax_first, is_int, is_num, is_sha, select_items
+from evidence_audit.model_files import local_identity_problems
 from evidence_audit.reading import EVIDENCE_KEYS, REQUIRED, load_evidence, resolve_cache, sha256_text
 
 A = "arithmetic"
@@ -20,7 +21,8 @@ CONFIG_SECTIONS = ("shared", "protocol", "options", "mctaco", "extraction", "har
 # environment.json by environment_check; the evidence itself cannot recompute them)
 IDENTITY_RECOMPUTED = {"model_sha256", "tokenizer_sha256", "data_content_sha256", "prompt_template_sha256",
                        "scoring_config", "scoring_config_sha256", "official_config_sha256",
-                       "official_task_config_sha256", "config_sections"}
+                       "official_task_config_sha256", "config_sections",
+                       "model_source", "model_files"}     # a local --model directory (evidence_audit/model_files.py)
 IDENTITY_DECLARED = {"git_commit", "git_dirty", "code_sha256", "versions", "run_id"}
 STAGE_SUM_SLACK_S = 0.01    # rounding of the recorded stage times (4 decimals each)
 # one candidate of a multiple-choice record (protocol, MC-TACO)
@@ -116,6 +118,7 @@ def identity_problems(bad, name, cfg, ident, prompt_template_sha256=None, declar
                      ("data_content_sha256", "data_content_sha256")):
         if k not in declared:
             expect(bad, "identity.json", k, ident.get(k, MISSING), get(cfg, where), f"config.json {where}")
+    local_identity_problems(bad, cfg, ident)
     if "official_task_config_sha256" in ident:     # older protocol evidence hashed the dumped task config only
         dumped = get(cfg, "official.dumped_task_config")
         expect(bad, "identity.json", "official_task_config_sha256", ident["official_task_config_sha256"],

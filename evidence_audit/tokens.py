@@ -5,6 +5,7 @@ from pathlib import Path
 
 from evidence_audit.checks import MISSING, expect, short
 from evidence_audit.definitions import is_int
+from evidence_audit.model_files import TOKENIZER_FILES, is_local, rehash_problems
 from evidence_audit.reading import Unreadable, read_json, read_jsonl, sha256_file, sha256_text
 
 L = "identity"
@@ -72,9 +73,25 @@ def tokenizer_or_skip(C, name, check, model_dir, ident, bad):
     except ImportError as e:
         C.skip(name, L, check, f"cannot import tokenizers ({e})")
         return None
+    if is_local(ident):     # a local --model directory: every tokenizer file it had, re-hashed
+        rehash_problems(bad, model_dir, ident, [r for r in sorted(ident.get("model_files") or {})
+                                                if r in TOKENIZER_FILES])
+        return tok
     expect(bad, str(tok_path), "sha256", sha256_file(tok_path), ident.get("tokenizer_sha256", MISSING)
            if ident else MISSING, "identity.json tokenizer_sha256: the cached tokenizer is not the one used")
     return tok
+
+
+def encode(tok, text):
+    """The ids of `text` with the special tokens tokenizer.json's own post-processor adds (a BOS for a Llama
+    tokenizer with add_bos_token; nothing for SmolLM2's or GPT-2's byte-level one), as the runner's tokenizer
+    adds them by default. Tokens it would append after the text are refused: they cannot belong to a context."""
+    plain = tok.encode(text, add_special_tokens=False).ids
+    full = tok.encode(text, add_special_tokens=True).ids
+    if full[len(full) - len(plain):] != plain:
+        raise Unreadable(f"the tokenizer adds special tokens after a text (with them {full}, without {plain}); a "
+                         "candidate boundary cannot be checked")
+    return full
 
 
 def retokenise(tok, prompt, r, w, bad):
@@ -83,11 +100,11 @@ def retokenise(tok, prompt, r, w, bad):
     [candidate ids])."""
     if prompt != prompt.rstrip():
         bad.append(f"{w} prompt: ends with whitespace; the candidate boundary would be ambiguous")
-    ctx_ids = tok.encode(prompt, add_special_tokens=False).ids
+    ctx_ids = encode(tok, prompt)
     expect(bad, w, "context_tokens", r["context_tokens"], len(ctx_ids), "re-tokenised prompt")
     cand_ids = []
     for j, c in enumerate(r["candidates"]):
-        whole = tok.encode(prompt + c["text"], add_special_tokens=False).ids
+        whole = encode(tok, prompt + c["text"])
         if whole[:len(ctx_ids)] != ctx_ids:
             bad.append(f"{w} candidates[{j}]: context tokens are not a prefix of context+candidate tokens "
                        f"({c['text']!r})")
@@ -120,7 +137,8 @@ def candidate_tokenisation_check(C, name, texts, records, prompt_of, ident, mode
             continue
         result[key_of(r)] = retokenise(tok, prompt, r, where_of(r), bad)
     C.add(name, L, check, len(records), bad,
-          note=f"tokenizers.Tokenizer from {model_dir / 'tokenizer.json'}, add_special_tokens=False")
+          note=f"tokenizers.Tokenizer from {model_dir / 'tokenizer.json'}, with the special tokens its own "
+               "post-processor prepends")
     return None if bad else result
 
 

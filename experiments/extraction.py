@@ -35,6 +35,7 @@ from experiments.selection import config_head, load_rows, select_items
 
 NAME = "extraction"
 CONFIG_SECTIONS = ("shared", "extraction")
+NEEDS_CHAT_TEMPLATE = True     # the prompts go through the tokenizer's chat template (run.py checks a local model)
 PREREGISTRATION_FILE = "extraction.preregistration.json"     # in O/, written before the model is loaded
 SCORERS = ("exact", "strict", "regex")
 LM_EVAL_FILES = ["filters/__init__.py", "filters/extraction.py", "filters/selection.py", "api/filter.py",
@@ -105,7 +106,7 @@ def build_items(rows, idx_list, config, tokenizer):
         # str.replace, not str.format: a brace in a review must not be interpreted
         user = config["extraction_user_prompt"].replace("{sentence}", row["sentence"])
         prompt = render_prompt(tokenizer, user)
-        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        ids = scoring.encode_text(tokenizer, prompt)   # the tokenizer's own leading special tokens, if any
         scoring.check_length(len(ids), config["max_input_tokens"], f"idx {idx}")
         items.append({"idx": idx, "rank": rank, "label": row["label"],
                       "label_name": config["extraction_labels"][row["label"]], "sentence": row["sentence"],
@@ -120,7 +121,7 @@ def greedy_generate(model, input_ids, max_new_tokens, eos_id):
 
     gen = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=eos_id,
                            pad_token_id=eos_id, bos_token_id=model.generation_config.bos_token_id)
-    inp = torch.tensor([input_ids], dtype=torch.long)
+    inp = torch.tensor([input_ids], dtype=torch.long, device=model.device)
     out = model.generate(inp, attention_mask=torch.ones_like(inp), generation_config=gen)
     new = out[0, len(input_ids):].tolist()
     if out[0, :len(input_ids)].tolist() != list(input_ids):
@@ -151,7 +152,7 @@ def generate_all(ctx, items):
             text_ids = new[:-1] if it["finish_reason"] == "eos" else new
             it["generated_ids"] = new
             it["generation"] = tokenizer.decode(text_ids, skip_special_tokens=False)
-    meta = {**two_paths.model_facts(model), "eos_token_id": eos_id,
+    meta = {**two_paths.model_facts(model, tokenizer), "eos_token_id": eos_id,
             "eos_token": tokenizer.convert_ids_to_tokens(eos_id),
             "generate_call": {"do_sample": False, "num_beams": 1, "max_new_tokens": n_new, "eos_token_id": eos_id,
                               "pad_token_id": eos_id, "attention_mask": "all ones (one sequence, no padding)"},
@@ -355,7 +356,8 @@ def config_of(ctx, rows, idx_list, prereg, prereg_sha, chat_template, gen_meta, 
                    "chat_template_sha256": sha256_text(chat_template),
                    "chat_template": "the tokenizer's own (SmolLM2; its default system message), "
                                     "add_generation_prompt=True",
-                   "tokenisation": "tokenizer(prompt, add_special_tokens=False)"},
+                   "tokenisation": "scoring.encode_text: the tokenizer's own leading special tokens (none for "
+                                   "SmolLM2) + tokenizer(prompt, add_special_tokens=False)"},
         "scorers": {"exact": "strip(output) == json.dumps({'sentiment': label})",
                     "exact_reference_example": S.canonical_answer(labels[1]),
                     "strict": "json.loads(whole output): object, exactly one key 'sentiment', no duplicate keys, "

@@ -38,6 +38,7 @@ from resources import ResourceError, sha256_file
 
 NAME = "harness"
 CONFIG_SECTIONS = ("shared", "harness")
+NEEDS_CHAT_TEMPLATE = True     # the model adapter renders every prompt with the chat template (run.py checks it)
 PROMPT_RULE = ("tokenizer.apply_chat_template([{'role': 'user', 'content': prompt}], add_generation_prompt=True); "
                "no other text added")
 

@@ -393,7 +393,7 @@ def independent_part(ctx, items):
             # one memo per document: " no" and " yes" are one token each, so both read the same forward pass
             out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
                                                       config["max_input_tokens"], f"idx {it['idx']}", memo={})
-    return out, two_paths.model_facts(model)
+    return out, two_paths.model_facts(model, tokenizer)
 
 
 # ---- join and compare ------------------------------------------------------------------------------------------
@@ -652,7 +652,8 @@ def run(ctx):
     parallel.scoring_done(ctx)
     two_paths.check_same_loading(official_meta, independent_meta)
     with ctx.stages.stage("compare"):
-        official_by_idx = two_paths.join_samples(items, samples, boundaries, independent, mctaco_fields, "documents")
+        official_by_idx = two_paths.join_samples(items, samples, boundaries, independent, mctaco_fields, "documents",
+                                                 independent_meta["special_tokens"]["prefix_ids"])
         records, texts, bad = compare(items, official_by_idx, independent)
         if bad:
             raise IdentityMismatch(f"{len(bad)} documents differ between the official and independent scores", bad)

@@ -64,10 +64,14 @@ def task_config(yaml_rel, parquet_path, evaluate_validation=False):
 
 def hflm_args(model_dir, config):
     """The HFLM arguments: the scoring settings of config.py (the same the independent path uses), at the official
-    path's own batch size (official_batch_size: measured to give the parity path's scores bit for bit)."""
+    path's own batch size (official_batch_size: measured to give the parity path's scores bit for bit).
+
+    use_safetensors=True reaches from_pretrained through HFLM's **kwargs (HFLM._create_model passes them on), so
+    lm-eval never falls back to a pickled checkpoint (.bin) either; add_bos_token stays None (HFLM's default): the
+    tokenizer's own special-token configuration decides, as on the independent path (scoring.special_tokens)."""
     return {"pretrained": str(model_dir), "device": config["device"], "dtype": config["dtype"],
             "batch_size": config["official_batch_size"], "max_length": config["max_input_tokens"],
-            "attn_implementation": config["attn_implementation"], "logits_cache": True}
+            "attn_implementation": config["attn_implementation"], "logits_cache": True, "use_safetensors": True}
 
 
 def make_hflm(settings):
@@ -86,12 +90,19 @@ def model_facts(model):
     import torch
 
     return {"model_dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
-            "torch_threads": torch.get_num_threads()}
+            "torch_threads": torch.get_num_threads(), "device": str(model.device)}
 
 
 def lm_facts(lm, model_dir, config):
-    """What the official model actually ran with, for config.json and the dtype/attention/threads check."""
-    return {**model_facts(lm.model), "hflm": hflm_args(model_dir, config)}
+    """What the official model actually ran with, for config.json and the dtype/attention/threads/device check;
+    "special_tokens": HFLM's own settings (add_bos_token None: the tokenizer's default decides in tok_encode;
+    prefix_token_id: what an empty context would get) and what its tok_encode puts before a text."""
+    probe = "special tokens probe"
+    encoded, plain = lm.tok_encode(probe), lm.tokenizer(probe, add_special_tokens=False)["input_ids"]
+    special = {"add_bos_token": lm.add_bos_token, "prefix_token_id": lm.prefix_token_id,
+               "tok_encode_prefix_ids": encoded[:len(encoded) - len(plain)] if encoded[-len(plain):] == plain
+               else encoded}
+    return {**model_facts(lm.model), "hflm": hflm_args(model_dir, config), "special_tokens": special}
 
 
 def evaluate(lm, cfg, task_name, indices, seed, limit=None):

@@ -286,7 +286,7 @@ def independent_part(ctx, items, conditions):
                     model, tokenizer, it["conds"][c["name"]]["context"], c["candidates"],
                     config["max_input_tokens"], f"idx {it['idx']} {c['name']}", memo=memo)
             n_forward += len(memo)
-    meta = {**two_paths.model_facts(model), "forward_passes": n_forward,
+    meta = {**two_paths.model_facts(model, tokenizer), "forward_passes": n_forward,
             "forward_sharing": "candidates whose input sequence (context + candidate[:-1]) is identical share one "
                                "forward pass (scoring.candidate_logprob_memo)"}
     return per_idx(out), meta

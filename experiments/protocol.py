@@ -159,7 +159,7 @@ def independent_part(ctx, items, fast):
                        items_from_cache=n_items_cached)
     if cache is not None:
         cache.close()
-    meta = {**two_paths.model_facts(model), "result_cache": cache_stats}
+    meta = {**two_paths.model_facts(model, tokenizer), "result_cache": cache_stats}
     if ctx.options.fast:
         fast["runs"] = run_fast(ctx, items, model, tokenizer)
     return out, meta
@@ -196,21 +196,22 @@ def sst2_fields(sample, item):
     ]
 
 
-def join_and_check(items, samples, boundaries, independent, official_meta):
-    """Join every logged official sample to its item by doc_id and check each identity field. A failure carries
-    the order the indices were passed to lm-eval in (what --no-sort-samples demonstrates)."""
+def join_and_check(items, samples, boundaries, independent, official_meta, prefix_ids=None):
+    """Join every logged official sample to its item by doc_id and check each identity field (and lm-eval's
+    leading special tokens against the independent path's `prefix_ids`). A failure carries the order the indices
+    were passed to lm-eval in (what --no-sort-samples demonstrates)."""
     try:
-        return two_paths.join_samples(items, samples, boundaries, independent, sst2_fields, "items")
+        return two_paths.join_samples(items, samples, boundaries, independent, sst2_fields, "items", prefix_ids)
     except IdentityMismatch as e:
         e.details = {"indices_passed_to_lm_eval": official_meta["indices_passed_to_lm_eval"],
                      "indices_order": official_meta["indices_order"]}
         raise
 
 
-def compare(items, official_by_idx, independent):
+def compare(items, official_by_idx, independent, tolerance=0.0):
     records, texts, bad = [], [], []
     for it in items:
-        record, agrees = two_paths.compare_item(it, official_by_idx[it["idx"]], independent[it["idx"]])
+        record, agrees = two_paths.compare_item(it, official_by_idx[it["idx"]], independent[it["idx"]], tolerance)
         record["rank"] = it["rank"]
         if not agrees:
             bad.append((it["idx"], "scores", record["official"]["scores"], record["independent"]["scores"]))
@@ -330,11 +331,16 @@ def score_and_compare(ctx, items):
     parallel.scoring_done(ctx)
     two_paths.check_same_loading(official_meta, independent_meta)
     with stages.stage("compare"):
-        official_by_idx = join_and_check(items, samples, boundaries, independent, official_meta)
-        records, texts, bad = compare(items, official_by_idx, independent)
+        official_by_idx = join_and_check(items, samples, boundaries, independent, official_meta,
+                                         independent_meta["special_tokens"]["prefix_ids"])
+        tolerance = two_paths.agreement_tolerance(config)
+        records, texts, bad = compare(items, official_by_idx, independent, tolerance)
         if bad:
-            raise IdentityMismatch(f"{len(bad)} items differ between the official and independent scores", bad)
+            raise IdentityMismatch(f"{len(bad)} items differ between the official and independent scores"
+                                   + (f" by more than the tolerance {tolerance}" if tolerance else ""), bad)
         summary = summarise(records, ctx.split, official_meta)
+        summary["agreement_claim"] = two_paths.agreement_claim(config, summary["agreement"]["max_abs_diff"],
+                                                               summary["agreement"]["n_prediction_mismatches"])
         if fast is not None:
             summary["fast"], bad = compare_fast(records, fast, independent_meta["result_cache"], config,
                                                 stages.stages)

@@ -1,8 +1,14 @@
 """The independent scoring path, written from these definitions (not from lm-eval's code). It imports nothing
 from lm_eval.
 
-    s_ij = sum_t log p(y_jt | x_i, y_j,<t)      (candidate log-likelihood, no BOS, no EOS, no normalisation)
+    s_ij = sum_t log p(y_jt | x_i, y_j,<t)      (candidate log-likelihood, no EOS, no normalisation)
     pred_i = argmax_j s_ij                       (first index wins ties)
+
+Special tokens: whatever the tokenizer's own configuration adds at the start of an encoding (a BOS for a Llama
+tokenizer with add_bos_token, nothing for SmolLM2's or GPT-2's) is prepended to every context, unless the text
+already begins with the tokenizer's BOS (else EOS) token string; `special_tokens` derives this from the tokenizer
+(encoding with and without its special tokens) and says what it did, for the evidence. A tokenizer that appends
+tokens at the end (add_eos_token) is refused: the candidate boundary would then include them.
 
 Context and context+candidate are tokenised together and the context tokens must be a prefix of the whole;
 a context ending in whitespace is refused (the boundary would be ambiguous). Inputs longer than the configured
@@ -29,13 +35,49 @@ def sha256_text(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+SPECIAL_TOKENS_RULE = ("the ids the tokenizer's own configuration adds before a text (encode with its special tokens "
+                       "vs without) are prepended to every context, unless the text already starts with the "
+                       "tokenizer's bos_token string (eos_token when it has no BOS); nothing is appended")
+
+
+def special_tokens(tokenizer):
+    """What the tokenizer adds around an encoding, derived from the tokenizer itself (computed once per tokenizer):
+    {"prefix_ids", "add_bos", "bos_token_id", "marker", "config_add_bos_token", "rule"}. Raises ScoringError
+    for a tokenizer that appends tokens."""
+    cached = getattr(tokenizer, "_evidence_special_tokens", None)
+    if cached is not None:
+        return cached
+    probe = "special tokens probe"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe)["input_ids"]
+    starts = [k for k in range(len(full) - len(plain) + 1) if full[k:k + len(plain)] == plain]
+    if not starts or full[starts[0] + len(plain):]:
+        raise ScoringError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')}: its special tokens wrap an encoding "
+                           f"as {full} around {plain}; only tokens prepended before the text are supported "
+                           "(appended ones, e.g. add_eos_token, would become part of a candidate)")
+    prefix = full[:starts[0]]
+    info = {"prefix_ids": prefix, "add_bos": tokenizer.bos_token_id is not None and prefix == [tokenizer.bos_token_id],
+            "bos_token_id": tokenizer.bos_token_id, "marker": tokenizer.bos_token or tokenizer.eos_token,
+            "config_add_bos_token": tokenizer.init_kwargs.get("add_bos_token"), "rule": SPECIAL_TOKENS_RULE}
+    tokenizer._evidence_special_tokens = info
+    return info
+
+
+def encode_text(tokenizer, text):
+    """Token ids of `text` with the tokenizer's own leading special tokens (special_tokens)."""
+    info = special_tokens(tokenizer)
+    prefix = [] if info["marker"] and text.startswith(info["marker"]) else info["prefix_ids"]
+    return prefix + tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 def encode_pair(tokenizer, context, candidate, where=""):
-    """Token ids of the context and of the candidate, split where the context's own tokens end."""
+    """Token ids of the context and of the candidate, split where the context's own tokens end (the context ids
+    include the tokenizer's leading special tokens, if it adds any: encode_text)."""
     if context != context.rstrip():
         raise ScoringError(f"{where}: context ends with whitespace {context[-3:]!r}; the target delimiter "
                            "belongs to the candidate")
-    ctx_ids = tokenizer(context, add_special_tokens=False)["input_ids"]
-    whole_ids = tokenizer(context + candidate, add_special_tokens=False)["input_ids"]
+    ctx_ids = encode_text(tokenizer, context)
+    whole_ids = encode_text(tokenizer, context + candidate)
     if whole_ids[:len(ctx_ids)] != ctx_ids:
         raise ScoringError(f"{where}: context tokens are not a prefix of context+candidate tokens "
                            f"(candidate {candidate!r})")
@@ -62,11 +104,12 @@ def check_length(n_tokens, limit, where=""):
 @torch.no_grad()
 def candidate_logprob(model, ctx_ids, cand_ids):
     """Sum of the candidate tokens' log-probabilities, each predicted from everything before it."""
-    inp = torch.tensor([(ctx_ids + cand_ids)[:-1]], dtype=torch.long)
-    logprobs = torch.log_softmax(model(inp).logits, dim=-1)[0]       # [L-1, vocab], fp32
+    inp = torch.tensor([(ctx_ids + cand_ids)[:-1]], dtype=torch.long, device=model.device)
+    logprobs = torch.log_softmax(model(inp).logits, dim=-1)[0]       # [L-1, vocab], in the model's dtype
     first = len(ctx_ids) - 1                                        # position that predicts the first candidate token
     rows = logprobs[first:first + len(cand_ids)]
-    picked = torch.gather(rows, 1, torch.tensor(cand_ids, dtype=torch.long).unsqueeze(1)).squeeze(1)
+    index = torch.tensor(cand_ids, dtype=torch.long, device=model.device).unsqueeze(1)
+    picked = torch.gather(rows, 1, index).squeeze(1)
     return float(picked.sum())
 
 
@@ -85,11 +128,12 @@ def candidate_logprob_memo(model, ctx_ids, cand_ids, memo):
     size is the number of forward passes run) and drops it when the contexts change."""
     key = input_key(ctx_ids, cand_ids)
     if key not in memo:
-        inp = torch.tensor([list(key)], dtype=torch.long)
-        memo[key] = torch.log_softmax(model(inp).logits, dim=-1)[0]       # [L-1, vocab], fp32
+        inp = torch.tensor([list(key)], dtype=torch.long, device=model.device)
+        memo[key] = torch.log_softmax(model(inp).logits, dim=-1)[0]       # [L-1, vocab], in the model's dtype
     first = len(ctx_ids) - 1
     rows = memo[key][first:first + len(cand_ids)]
-    picked = torch.gather(rows, 1, torch.tensor(cand_ids, dtype=torch.long).unsqueeze(1)).squeeze(1)
+    index = torch.tensor(cand_ids, dtype=torch.long, device=model.device).unsqueeze(1)
+    picked = torch.gather(rows, 1, index).squeeze(1)
     return float(picked.sum())
 
 

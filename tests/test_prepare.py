@@ -538,8 +538,8 @@ def test_layering_of_the_resource_modules():
     uses resources, config, adapter and experiments/ but never run.py; and nothing imports bench.py."""
     repo_modules = {p.stem for p in conftest.REPO.glob("*.py")} | {"experiments", "harness", "evidence_audit"}
     uses = {name: imported_modules(conftest.REPO / f"{name}.py") & repo_modules
-            for name in ("resources", "adapter", "prepare", "bench")}
-    assert uses["resources"] == set() and uses["adapter"] == set()
+            for name in ("resources", "adapter", "prepare", "bench", "local_model")}
+    assert uses["resources"] == set() and uses["adapter"] == set() and uses["local_model"] == {"resources"}
     assert uses["prepare"] == {"resources", "adapter"}
     assert "run" not in uses["bench"] and uses["bench"] <= {"resources", "config", "adapter", "experiments"}
     importers = [str(p.relative_to(conftest.REPO)) for p in conftest.REPO.rglob("*.py")

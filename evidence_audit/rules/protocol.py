@@ -13,6 +13,7 @@ from evidence_audit.checks import MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first, is_int, is_sha, lm_eval_doc_hash
 from evidence_audit.fast_mode import fast_expected
 from evidence_audit.forward import two_path_forward
+from evidence_audit.model_files import expected_agreement_claim
 from evidence_audit.reading import sha256_text
 from evidence_audit.shared import (abs_diff_problems, both_paths_pred_problems, candidate_problems,
                                    candidate_token_counts, config_block, environment_check, hash_selection,
@@ -202,6 +203,12 @@ def summary_values_check(C, name, ev, records, choices):
                                 get(summ, "identity_checks.fields") if summ is not None else MISSING)
     if summ is not None and ("fast" in summ or any("fast" in r for r in records)):
         expected["fast"] = fast_expected(summ.get("fast"), records, C, name)
+    conf = config_block(cfg)
+    if (summ is not None and "agreement_claim" in summ) or (conf.get("device"), conf.get("dtype")) != ("cpu",
+                                                                                                     "float32"):
+        agree = expected["agreement"]           # evidence before the claim existed was cpu float32, exact
+        expected["agreement_claim"] = expected_agreement_claim(conf, agree["max_abs_diff"],
+                                                               agree["n_prediction_mismatches"])
     n, accs = len(records), [r["official"]["acc"] for r in records]
     extra = []
     expect(extra, "config.json", "official.reported_acc", reported, sum(accs) / n if n else MISSING,
