@@ -52,8 +52,10 @@ def parse_args(argv=None):
     p.add_argument("--experiment", choices=EXPERIMENTS, action="append",
                    help="experiment to run (repeatable); default: all")
     p.add_argument("--smoke", action="store_true", help="first 2 development items of each experiment")
-    p.add_argument("--split", choices=["dev", "confirm"], default="dev",
-                   help="dev (default) or confirm: the 128 held-back confirmation items; only when you mean it")
+    p.add_argument("--split", choices=["dev", "confirm", "all"], default="dev",
+                   help="dev (default): the 64 development items; confirm: the 128 held-back confirmation items, only "
+                        "when you mean it; all: every row of the data's validation split in idx order (for mctaco "
+                        "every document, whole questions), the confirmation items included")
     p.add_argument("--data", default=shared["data"], help="data resource id from resources.lock.json")
     p.add_argument("--model", default=shared["model"], help="model resource id from resources.lock.json")
     p.add_argument("--no-sort-samples", action="store_true",
@@ -80,8 +82,8 @@ def parse_args(argv=None):
     p.add_argument("--verbose", action="store_true",
                    help="print the libraries' own log messages and warnings on the console (default: O/run.log)")
     args = p.parse_args(argv)
-    if args.smoke and args.split == "confirm":
-        p.error("--smoke takes development items; it cannot be combined with --split confirm")
+    if args.smoke and args.split in ("confirm", "all"):
+        p.error(f"--smoke takes development items; it cannot be combined with --split {args.split}")
     return args
 
 
@@ -401,6 +403,9 @@ def run_all(args, chatter):
     torch.set_num_threads(config.CONFIG["shared"]["threads"])  # process-wide: both paths alike
     if args.split == "confirm":
         print("*** CONFIRMATION SPLIT: scoring the 128 held-back items; every output says so ***")
+    elif args.split == "all":
+        print("*** SPLIT ALL: scoring every row of the validation split in idx order, the held-back confirmation "
+              "items included; every output says so ***")
     done = {"installed": [], "failed": []}
     try:
         exit_code = run_experiments(args, modules, imports_s, inputs, options, env, done)
