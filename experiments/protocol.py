@@ -285,9 +285,14 @@ def cache_headline(cache_stats, fast_summary):
 
 
 def headline(s):
+    u = s["uncertainty"]
+    ci = u["accuracies"]["independent/accuracy"]["wilson95"]
+    vs = u["paired"]["independent_vs_constant_class"]
     return (f"{s['n_items']} items, {s['n_candidates']} candidates: official {s['official']['correct']}/{s['n_items']}, "
-            f"independent {s['independent']['correct']}/{s['n_items']}, max |official - independent| = "
-            f"{s['agreement']['max_abs_diff']}, identity checks passed")
+            f"independent {s['independent']['correct']}/{s['n_items']}"
+            + (f" (95% CI {ci[0]:.3f}-{ci[1]:.3f}; vs constant class {vs['difference']:+.3f}, McNemar p = "
+               f"{vs['mcnemar_p']:.3g})" if ci else "")
+            + f", max |official - independent| = {s['agreement']['max_abs_diff']}, identity checks passed")
 
 
 def sort_note(options, official_meta):

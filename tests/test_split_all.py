@@ -36,3 +36,25 @@ def test_protocol_split_all_runs_every_row_and_audits_at_every_level(prepared_ca
     audit = run_cli("audit.py", out, "--strict", "--tokens", "--forward", timeout=1800)
     assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr
     assert "SPLIT ALL SCORED" in audit.stdout
+
+
+@pytest.mark.slow
+def test_options_and_extraction_accept_split_all_on_a_tiny_model(tiny_cache, tmp_path):
+    """Plumbing on the tiny random model (cheap): options (5 conditions) and extraction (with its pre-registered
+    sample drawn from all 200 rows before generation) on --split all; the audit passes at every level."""
+    out = tmp_path / "O"
+    proc = run_cli("run.py", "--cache", tiny_cache, "--out", out, "--model", "tiny-random-llama", "--split", "all",
+                   "--experiment", "options", "--experiment", "extraction")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    opt = [json.loads(l) for l in (out / "options" / "records.jsonl").read_text().splitlines()]
+    assert [r["idx"] for r in opt[::5]] == list(range(200)) and len(opt) == 5 * 200
+    ext = [json.loads(l) for l in (out / "extraction" / "records.jsonl").read_text().splitlines()]
+    assert [r["idx"] for r in ext] == list(range(200))
+    prereg = json.loads((out / "extraction.preregistration.json").read_text())
+    assert prereg["split"] == "all" and prereg["population"]["item_idx"] == list(range(200))
+    for name in ("options", "extraction"):
+        summary = json.loads((out / name / "summary.json").read_text())
+        assert summary["split"] == "all" and summary["confirmation_items_scored"] is True
+        assert summary["uncertainty"]["paired"] and summary["uncertainty"]["accuracies"]
+    audit = run_cli("audit.py", out, "--strict", "--tokens", "--forward", timeout=1800)
+    assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr
