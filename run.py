@@ -2,6 +2,7 @@
 
     python run.py --cache ./cache --out smoke --smoke              # smoke of every experiment (2 items each)
     python run.py --cache ./cache --out O --experiment protocol     # the 64 development items
+    python run.py --cache ./cache --out O --split all               # every row of the split, in idx order
 
 Exit codes: 0 success; 1 evidence or identity mismatch (the message names item and field); 2 bad input, failed
 verification or missing resource (the message names the file and what to do).

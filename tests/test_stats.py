@@ -280,3 +280,23 @@ def selection_fixture(name):
     from pathlib import Path
 
     return Path(__file__).resolve().parent.parent / "fixtures" / name
+
+
+def test_relabel_split_kind_handles_split_all(tmp_path):
+    """The mutation self-test's relabel kind on split-all evidence: relabelled to dev, the all-rows rule dropped
+    as a careful forger would (the selection rule then names the records that dev does not select)."""
+    import json
+
+    from evidence_audit.mutations import MUTATIONS
+
+    kind = next(k for k in MUTATIONS if k.kind == "relabel_split")
+    for name in ("config.json", "summary.json"):
+        doc = {"split": "all", "confirmation_items_scored": True}
+        if name == "config.json":
+            doc["selection"] = {"split": "all", "split_rule": selection.ALL_RULE}
+        (tmp_path / "protocol").mkdir(exist_ok=True)
+        (tmp_path / "protocol" / name).write_text(json.dumps(doc))
+    kind.apply(tmp_path)
+    cfg = json.loads((tmp_path / "protocol" / "config.json").read_text())
+    assert cfg["split"] == cfg["selection"]["split"] == "dev" and "split_rule" not in cfg["selection"]
+    assert cfg["confirmation_items_scored"] is False

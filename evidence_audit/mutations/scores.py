@@ -65,12 +65,14 @@ def m_private_sentence(rows):
 
 def m_relabel_split(d):
     """Relabel the split everywhere it is written, consistently: how one would hide which items were scored."""
-    new = {"smoke": "dev", "dev": "smoke", "confirm": "dev"}[read_json(d / "protocol" / "config.json")["split"]]
+    new = {"smoke": "dev", "dev": "smoke", "confirm": "dev", "all": "dev"}[
+        read_json(d / "protocol" / "config.json")["split"]]
 
     def relabel(o):
         o["split"], o["confirmation_items_scored"] = new, new == "confirm"
         if "selection" in o:
             o["selection"]["split"] = new
+            o["selection"].pop("split_rule", None)       # only split all states one
     edit_json(d, "protocol/config.json", relabel)
     edit_json(d, "protocol/summary.json", relabel)
 
