@@ -10,6 +10,7 @@
                  paired 2x2 table (phi = 0 when a margin is empty):
                  lower = d - sqrt(e1^2 - 2 phi e1 f2 + f2^2), e1 = acc_a - lo_a, f2 = hi_b - acc_b
                  upper = d + sqrt(f1^2 - 2 phi f1 e2 + e2^2), f1 = hi_a - acc_a, e2 = acc_b - lo_b
+                 (each radicand evaluated as (e - f)^2 + 2 (1 - phi) e f, which has no cancellation)
 
 Floats are compared with a tolerance, because the runner evaluates the same formulas in another algebraic form:
 interval limits and differences (all in [-1, 1]) to TOL absolute, p-values and z to TOL relative; counts exactly.
@@ -53,10 +54,12 @@ def paired_difference_ci(table):
     pa, pb = ka / n, kb / n
     margins = ka * (n - ka) * kb * (n - kb)
     phi = (table["11"] * table["00"] - table["10"] * table["01"]) / math.sqrt(margins) if margins else 0.0
+    phi = max(-1.0, min(1.0, phi))
     d = (table["10"] - table["01"]) / n
     e1, f2, f1, e2 = pa - lo_a, hi_b - pb, hi_a - pa, pb - lo_b
-    lower = d - math.sqrt(max(0.0, e1 * e1 - 2 * phi * e1 * f2 + f2 * f2))
-    upper = d + math.sqrt(max(0.0, f1 * f1 - 2 * phi * f1 * e2 + e2 * e2))
+    # e^2 - 2 phi e f + f^2 written as (e - f)^2 + 2 (1 - phi) e f: non-negative terms, no cancellation near phi = 1
+    lower = d - math.sqrt((e1 - f2) * (e1 - f2) + 2 * (1 - phi) * e1 * f2)
+    upper = d + math.sqrt((f1 - e2) * (f1 - e2) + 2 * (1 - phi) * f1 * e2)
     return [max(-1.0, lower), min(1.0, upper)]
 
 

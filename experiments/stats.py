@@ -19,7 +19,8 @@ Three closed-form, deterministic rules, at the 95% level (z = Z95, the 0.975 qua
   taken as 0 when that denominator is 0 (Newcombe's convention). Then
       lower = theta - sqrt((p1 - l1)^2 - 2 phi (p1 - l1)(u2 - p2) + (u2 - p2)^2)
       upper = theta + sqrt((u1 - p1)^2 - 2 phi (u1 - p1)(p2 - l2) + (p2 - l2)^2)
-  (no continuity correction: that is his method 11).
+  (no continuity correction: that is his method 11). The quantity under each root is evaluated as
+  (a - b)^2 + 2 (1 - phi) a b (the same value, without cancellation).
 
 audit.py recomputes every figure with its own code (evidence_audit/uncertainty.py), never importing this module.
 """
@@ -71,11 +72,16 @@ def newcombe_paired(n11, n10, n01, n00, z=Z95):
         return None
     p1, p2 = (n11 + n10) / n, (n11 + n01) / n
     (l1, u1), (l2, u2) = wilson(n11 + n10, n, z), wilson(n11 + n01, n, z)
-    r = phi(n11, n10, n01, n00)
+    r = min(1.0, max(-1.0, phi(n11, n10, n01, n00)))
     theta = (n10 - n01) / n
-    d_low = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * r * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
-    d_up = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * r * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
-    return max(-1.0, theta - d_low), min(1.0, theta + d_up)
+    return max(-1.0, theta - _root(p1 - l1, u2 - p2, r)), min(1.0, theta + _root(u1 - p1, p2 - l2, r))
+
+
+def _root(x, y, r):
+    """sqrt(x^2 - 2 r x y + y^2) for x, y >= 0 and |r| <= 1, evaluated as sqrt((x - y)^2 + 2 (1 - r) x y): a sum of
+    two non-negative terms, so no cancellation (the textbook form loses every digit when r = 1 and x = y, where the
+    square root then turns a 1e-18 rounding residue into a 1e-9 bound)."""
+    return math.sqrt((x - y) ** 2 + 2 * (1 - r) * x * y)
 
 
 # ---- the summary.json block ----------------------------------------------------------------------------------

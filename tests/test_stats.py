@@ -300,3 +300,18 @@ def test_relabel_split_kind_handles_split_all(tmp_path):
     cfg = json.loads((tmp_path / "protocol" / "config.json").read_text())
     assert cfg["split"] == cfg["selection"]["split"] == "dev" and "split_rule" not in cfg["selection"]
     assert cfg["confirmation_items_scored"] is False
+
+
+@pytest.mark.parametrize("table", [(5, 0, 0, 5), (100, 0, 0, 100), (37, 0, 0, 163), (200, 0, 0, 0), (0, 0, 0, 200),
+                                   (0, 7, 9, 0), (60, 1, 1, 138), (100, 0, 1, 99)])
+def test_newcombe_near_phi_1_has_no_cancellation(table):
+    """No discordant pair (phi = 1): both implementations agree to 1e-15, with no +-1e-9 from a rounding residue
+    under the square root (found on a tiny model whose two conditions always agree, at accuracy 0.5, where the
+    interval is [0, 0]: with phi = 1 its half-widths are |(p - lo) - (hi - p)|, zero for a symmetric Wilson
+    interval)."""
+    ci = stats.newcombe_paired(*table)
+    audit = audit_unc.paired_difference_ci(dict(zip(("11", "10", "01", "00"), table)))
+    assert ci == pytest.approx(audit, abs=1e-15)
+    if table[1] == table[2] == 0 and table[0] == table[3]:
+        assert ci == pytest.approx((0.0, 0.0), abs=1e-15)
+    assert ci == pytest.approx(newcombe_by_hand(*table), abs=1e-7)     # the textbook form, which loses digits
