@@ -135,6 +135,34 @@ def rate(x):
     return Num(x, "rate")
 
 
+def interval(summary, key):
+    """The 95% interval summary.json's uncertainty block holds for the accuracy `key` ("official/accuracy", ...):
+    a number cell "[lo, hi]" (null when there is none), shown like a rate."""
+    entry = ((summary.get("uncertainty") or {}).get("accuracies") or {}).get(key) or {}
+    return Num(entry.get("wilson95"), "rate")
+
+
+def paired_table(summary, tid, caption=""):
+    """The paired comparisons of summary.json's uncertainty block: the 2x2 counts, the difference of accuracies
+    a - b with its 95% interval, the exact McNemar p; and the methods, as the evidence names them."""
+    unc = summary.get("uncertainty") or {}
+    rows = [(name, p.get("a"), p.get("b"), count(p.get("n")), count(p.get("only_a")), count(p.get("only_b")),
+             Num(p.get("difference"), "delta"), Num(p.get("difference_ci95"), "delta"), Num(p.get("mcnemar_p"),
+                                                                                            "pvalue"))
+            for name, p in (unc.get("paired") or {}).items()]
+    if not rows:
+        return ""
+    return ("<h3>Paired comparisons (uncertainty)</h3>"
+            + wide(table(["comparison", "a", "b", "items", "only a right", "only b right", "difference a − b",
+                          "95% interval", "exact McNemar p"], rows, tid, "", caption))
+            + uncertainty_note(unc))
+
+
+def uncertainty_note(unc):
+    return note(f"Intervals: {unc.get('accuracy_interval')}. Differences: {unc.get('difference_interval')}. "
+                f"Test: {unc.get('test')}.") if unc else ""
+
+
 def evidence_src(path, line=None):
     """The data-src prefix of an experiment's evidence file (<exp>/<file>#), None for a file at the top of O."""
     path = Path(path)
@@ -396,12 +424,16 @@ def protocol_section(exp_dir, summary):
     n = summary["n_items"]
     off, ind, cc = summary["official"], summary["independent"], summary["constant_class_baseline"]
     labels = summary["label_counts"]
-    head = table(["path", "correct", "of", "accuracy", "predicted negative", "predicted positive"], [
-        ("official (lm-eval 0.4.9.2)", off["correct"], n, rate(off["accuracy"]), off["pred_counts"]["0"],
-         off["pred_counts"]["1"]),
-        ("independent", ind["correct"], n, rate(ind["accuracy"]), ind["pred_counts"]["0"], ind["pred_counts"]["1"]),
+    head = table(["path", "correct", "of", "accuracy", "95% interval (Wilson)", "predicted negative",
+                  "predicted positive"], [
+        ("official (lm-eval 0.4.9.2)", off["correct"], n, rate(off["accuracy"]),
+         interval(summary, "official/accuracy"), off["pred_counts"]["0"], off["pred_counts"]["1"]),
+        ("independent", ind["correct"], n, rate(ind["accuracy"]), interval(summary, "independent/accuracy"),
+         ind["pred_counts"]["0"], ind["pred_counts"]["1"]),
         (f"constant class (always label {cc['label']})", labels.get(str(cc["label"])), n, rate(cc["accuracy"]),
-         None, None)], "protocol-headline", "headline")
+         interval(summary, "constant_class_baseline/accuracy"), None, None)], "protocol-headline", "headline")
+    head += paired_table(summary, "protocol-uncertainty", "each path against always answering the majority label, "
+                                                     "on the same items")
     head += kv_table([("lm-eval's own reported acc", rate(off.get("lm_eval_reported_acc"))),
                       ("label counts (0 negative / 1 positive)", f"{labels.get('0')} / {labels.get('1')}")],
                      "protocol-reported")
@@ -513,15 +545,20 @@ def options_conditions(cfg, summary, order):
     rows = []
     for name in order:
         m, c = conds[name], conds_cfg.get(name, {})
-        rows.append((name, c.get("space"), c.get("order"), m["correct"], m["n"], rate(m["acc"]), m["correct_norm"],
-                     rate(m["acc_norm"]), m["correct_norm_tokens"], rate(m["acc_norm_tokens"]),
+        rows.append((name, c.get("space"), c.get("order"), m["correct"], m["n"], rate(m["acc"]),
+                     interval(summary, f"conditions/{name}/acc"), m["correct_norm"], rate(m["acc_norm"]),
+                     interval(summary, f"conditions/{name}/acc_norm"), m["correct_norm_tokens"],
+                     rate(m["acc_norm_tokens"]), interval(summary, f"conditions/{name}/acc_norm_tokens"),
                      m["predicted_positive"], m["chose_first_position"], m["baseline_all_negative_correct"],
                      m["baseline_all_positive_correct"]))
     head = ("<h3>Accuracy per condition (secondary)</h3>"
-            + wide(table(["condition", "space", "order", "correct", "of", "acc", "correct (norm)", "acc_norm",
-                          "correct (norm tokens)", "acc_norm_tokens", "predicted positive", "chose first position",
-                          "all-negative baseline correct", "all-positive baseline correct"], rows,
-                         "options-conditions", "headline")))
+            + wide(table(["condition", "space", "order", "correct", "of", "acc", "acc 95% interval",
+                          "correct (norm)", "acc_norm", "acc_norm 95% interval", "correct (norm tokens)",
+                          "acc_norm_tokens", "acc_norm_tokens 95% interval", "predicted positive",
+                          "chose first position", "all-negative baseline correct", "all-positive baseline correct"],
+                         rows, "options-conditions", "headline")))
+    head += paired_table(summary, "options-uncertainty", "raw accuracies of the configured comparisons, paired on the "
+                                                    "items (the McNemar p equals the flips table's)")
     head += note("acc: argmax of summed candidate log-probability; acc_norm: lm-eval's character-length "
                  "normalisation; acc_norm_tokens: token-length normalisation (not an lm-eval metric). "
                  "Conditions are compared on semantic predictions only (flips above); accuracies are secondary.")
@@ -585,10 +622,13 @@ def extraction_headline(summary):
             extra = f"well-formed: {sc[s].get('format_ok')}/{n}"
         elif s == "regex":
             extra = "predictions: " + ", ".join(f"{k} {v}" for k, v in sc[s].get("pred_counts", {}).items())
-        rows.append((s, sc[s]["correct"], n, rate(sc[s]["accuracy"]), extra))
+        rows.append((s, sc[s]["correct"], n, rate(sc[s]["accuracy"]), interval(summary, f"scorers/{s}/accuracy"),
+                     extra))
     for name, v in summary.get("constant_answer_baselines", {}).items():
-        rows.append((f"baseline: {name}", v, n, None, "answering one label every time, scored like regex"))
-    return table(["scorer", "correct", "of", "accuracy", ""], rows, "extraction-scorers", "headline")
+        rows.append((f"baseline: {name}", v, n, None, None, "answering one label every time, scored like regex"))
+    return (table(["scorer", "correct", "of", "accuracy", "95% interval (Wilson)", ""], rows, "extraction-scorers",
+                  "headline")
+            + paired_table(summary, "extraction-uncertainty", "the scorers paired on the same generations"))
 
 
 def hbar_plot(labels, series, title, height_per_row=0.45):
@@ -750,17 +790,20 @@ def mctaco_headline(summary):
         c = side.get("f1_counts") or {}
         return f"{c.get('tp')} / {c.get('fp')} / {c.get('fn')} / {c.get('tn')}" if c else None
 
-    rows = [("official (lm-eval 0.4.9.2)", off["correct"], nd, rate(off["acc"]), rate(off["f1"]), f1c(off), None,
-             None),
-            ("independent", ind["correct"], nd, rate(ind["acc"]), rate(ind["f1"]), f1c(ind),
-             ratio(em.get("n_correct_questions"), em.get("n_complete_questions")), rate(em.get("em")))]
-    rows += [(f"baseline: {name}", None, nd, rate(b.get("acc")), rate(b.get("f1")), None, None, None)
-             for name, b in base.items()]
+    rows = [("official (lm-eval 0.4.9.2)", off["correct"], nd, rate(off["acc"]), interval(summary, "official/acc"),
+             rate(off["f1"]), f1c(off), None, None, None),
+            ("independent", ind["correct"], nd, rate(ind["acc"]), interval(summary, "independent/acc"),
+             rate(ind["f1"]), f1c(ind), ratio(em.get("n_correct_questions"), em.get("n_complete_questions")),
+             rate(em.get("em")), interval(summary, "independent/em/em"))]
+    rows += [(f"baseline: {name}", None, nd, rate(b.get("acc")), interval(summary, f"baselines/{name}/acc"),
+              rate(b.get("f1")), None, None, None, None) for name, b in base.items()]
     warn = ""
     if summary.get("incomplete_set"):
         warn = f'<p class="warn">INCOMPLETE SET: {esc(summary.get("metrics_computed_on"))}</p>'
-    head = warn + table(["path", "correct documents", "of", "acc", "F1 (yes, corpus)", "tp / fp / fn / tn",
-                         "EM questions", "EM"], rows, "mctaco-headline", "headline")
+    head = warn + table(["path", "correct documents", "of", "acc", "acc 95% interval", "F1 (yes, corpus)",
+                         "tp / fp / fn / tn", "EM questions", "EM", "EM 95% interval"], rows, "mctaco-headline",
+                        "headline")
+    head += uncertainty_note(summary.get("uncertainty"))
     lab, reported = summary.get("label_counts", {}), off.get("lm_eval_reported", {})
     head += kv_table([("lm-eval's own reported acc", rate(reported.get("acc"))),
                       ("lm-eval's own reported F1", rate(reported.get("f1"))),
@@ -773,9 +816,11 @@ def mctaco_headline(summary):
                  "lm-eval 0.4.9.2 does not compute it, so it has no official value.")
     cats = summary.get("by_category", {})
     return head + "<h3>By category</h3>" + table(
-        ["category", "documents", "acc", "complete questions", "EM questions right", "EM"],
-        [(c, v.get("n_documents"), rate(v.get("acc")), v.get("n_complete_questions"), v.get("n_correct_questions"),
-          rate(v.get("em"))) for c, v in cats.items()], "mctaco-categories")
+        ["category", "documents", "acc", "acc 95% interval", "complete questions", "EM questions right", "EM",
+         "EM 95% interval"],
+        [(c, v.get("n_documents"), rate(v.get("acc")), interval(summary, f"by_category/{c}/acc"),
+          v.get("n_complete_questions"), v.get("n_correct_questions"), rate(v.get("em")),
+          interval(summary, f"by_category/{c}/em")) for c, v in cats.items()], "mctaco-categories")
 
 
 def mctaco_limit_tables(summary):
@@ -919,7 +964,9 @@ def experiment_section(out, name):
         return (f'<section id="{esc(name)}"><h2>{esc(name)}</h2>{render_error(exp_dir / "summary.json")}'
                 "</section>")
     split = summary.get("split", "?")
-    warn = ('<p class="warn">CONFIRMATION SPLIT: these are the held-back confirmation items.</p>'
+    warn = ('<p class="warn">SPLIT ALL: every row of the validation split in idx order, the held-back confirmation '
+            'items included.</p>' if split == "all" else
+            '<p class="warn">CONFIRMATION SPLIT: these are the held-back confirmation items.</p>'
             if summary.get("confirmation_items_scored") else "")
     try:
         body = SECTIONS.get(name, generic_section)(exp_dir, summary)

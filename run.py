@@ -2,6 +2,7 @@
 
     python run.py --cache ./cache --out smoke --smoke              # smoke of every experiment (2 items each)
     python run.py --cache ./cache --out O --experiment protocol     # the 64 development items
+    python run.py --cache ./cache --out O --split all               # every row of the split, in idx order
 
 Exit codes: 0 success; 1 evidence or identity mismatch (the message names item and field); 2 bad input, failed
 verification or missing resource (the message names the file and what to do).
@@ -53,8 +54,10 @@ def parse_args(argv=None):
     p.add_argument("--experiment", choices=EXPERIMENTS, action="append",
                    help="experiment to run (repeatable); default: all")
     p.add_argument("--smoke", action="store_true", help="first 2 development items of each experiment")
-    p.add_argument("--split", choices=["dev", "confirm"], default="dev",
-                   help="dev (default) or confirm: the 128 held-back confirmation items; only when you mean it")
+    p.add_argument("--split", choices=["dev", "confirm", "all"], default="dev",
+                   help="dev (default): the 64 development items; confirm: the 128 held-back confirmation items, only "
+                        "when you mean it; all: every row of the data's validation split in idx order (for mctaco "
+                        "every document, whole questions), the confirmation items included")
     p.add_argument("--data", help="data resource id (resources.lock.json, or a prepare.py --name import), routed by "
                                   "its schema: SST-2-shaped data to protocol/options/extraction, MC-TACO-shaped "
                                   "data (mc-taco, mc-taco-test, fixture-mctaco, ...) to mctaco; an experiment named "
@@ -105,8 +108,8 @@ def parse_args(argv=None):
                    help="join the --out directories of every --shard K/N of one run into normal evidence in --out; "
                         "the scoring arguments come from the shards (give only --cache, --out, --replace, --verbose)")
     args = p.parse_args(argv)
-    if args.smoke and args.split == "confirm":
-        p.error("--smoke takes development items; it cannot be combined with --split confirm")
+    if args.smoke and args.split in ("confirm", "all"):
+        p.error(f"--smoke takes development items; it cannot be combined with --split {args.split}")
     if args.shard is not None:
         args.shard = parse_shard(args.shard) or p.error(f"--shard {args.shard}: expected K/N with 1 <= K <= N")
     if args.shard and args.merge:
@@ -554,6 +557,9 @@ def run_all(args, chatter):
     torch.set_num_threads(args.threads)  # process-wide: both paths alike (--threads, default config.py)
     if args.split == "confirm":
         print("*** CONFIRMATION SPLIT: scoring the 128 held-back items; every output says so ***")
+    elif args.split == "all":
+        print("*** SPLIT ALL: scoring every row of the validation split in idx order, the held-back confirmation "
+              "items included; every output says so ***")
     done = {"installed": [], "failed": []}
     started = time.perf_counter()
     try:

@@ -9,7 +9,13 @@ import math
 
 from evidence_audit.reading import sha256_text
 
-SPLITS = ("smoke", "dev", "confirm")
+SPLITS = ("smoke", "dev", "confirm", "all")
+
+
+def confirmation_scored(split):
+    """The held-back confirmation items are scored by split confirm, and by split all (every row)."""
+    return split in ("confirm", "all")
+
 
 def argmax_first(scores):
     """Index of the largest score; the first one wins a tie (the runner's tie rule)."""
@@ -22,7 +28,10 @@ def argmax_first(scores):
 
 def select_items(split, salt, n_rows, n_dev, n_confirm, n_smoke):
     """Rank rows by sha256(f"{salt}:{idx}") ascending; first n_dev = dev, next n_confirm = confirm, smoke = the
-    first n_smoke of dev. Returns (idx list in rank order, None) or (None, reason)."""
+    first n_smoke of dev; all = every row 0..n_rows-1 in idx order, unranked. Returns (idx list in that order,
+    None) or (None, reason)."""
+    if split == "all":
+        return [i for i in range(n_rows)], None
     bounds = {"smoke": (0, n_smoke), "dev": (0, n_dev), "confirm": (n_dev, n_dev + n_confirm)}
     if split not in bounds:
         return None, f"unknown split {split!r}"

@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass, field
 
 from evidence_audit.checks import MISSING, compare_tree, expect, get, short
-from evidence_audit.definitions import SPLITS, argmax_first, is_int, is_num, is_sha, select_items
+from evidence_audit.definitions import (SPLITS, argmax_first, confirmation_scored, is_int, is_num, is_sha,
+                                        select_items)
 from evidence_audit.model_files import local_identity_problems
 from evidence_audit.reading import EVIDENCE_KEYS, REQUIRED, load_evidence, resolve_cache, sha256_text
 
@@ -71,7 +72,12 @@ def hash_selection_problems(bad, cfg):
     sel = cfg.get("selection") if isinstance(cfg.get("selection"), dict) else {}
     expect(bad, "config.json", "selection.split", sel.get("split", MISSING), split)
     expect(bad, "config.json", "confirmation_items_scored", cfg.get("confirmation_items_scored", MISSING),
-           split == "confirm", "must be true exactly when split is confirm")
+           confirmation_scored(split), "must be true exactly when split is confirm or all")
+    if split == "all":
+        expect(bad, "config.json", "selection.split_rule", sel.get("split_rule", MISSING),
+               "every row of the data's validation split in idx order (0..n_rows-1), the confirmation items included")
+    elif "split_rule" in sel:
+        bad.append(f"config.json selection.split_rule: only split all states one (split is {split!r})")
     for sel_key, conf_key in (("salt", "selection_salt"), ("n_dev", "n_dev"), ("n_confirm", "n_confirm"),
                               ("n_smoke", "n_smoke"), ("rule", "selection_rule")):
         expect(bad, "config.json", f"selection.{sel_key}", sel.get(sel_key, MISSING), conf.get(conf_key, MISSING),
@@ -84,6 +90,12 @@ def hash_selection_problems(bad, cfg):
             bad.append(f"config.json selection.{k}: {short(sel.get(k, MISSING))} is not a non-negative integer")
     if is_int(sel.get("n_smoke")) and is_int(sel.get("n_dev")) and sel["n_smoke"] > sel["n_dev"]:
         bad.append(f"config.json selection.n_smoke: {sel['n_smoke']} > n_dev {sel['n_dev']} (smoke is a prefix of dev)")
+
+
+def split_note(split):
+    """The note of a rule's config row when the split scored held-back items (printed: it is upper case)."""
+    return {"confirm": "CONFIRMATION SPLIT SCORED",
+            "all": "SPLIT ALL SCORED (EVERY ROW, CONFIRMATION ITEMS INCLUDED)"}.get(split, "")
 
 
 def restated_problems(bad, ev, split, confirmation_scored=None):

@@ -60,7 +60,7 @@ class Options:
 @dataclass
 class Context:
     name: str                    # the experiment's NAME
-    split: str                   # smoke | dev | confirm
+    split: str                   # smoke | dev | confirm | all
     config: dict                 # the effective config: the sections in CONFIG_SECTIONS merged into one flat dict
     inputs: Inputs
     options: Options

@@ -25,19 +25,20 @@ from tqdm import tqdm
 
 import resources
 from experiments import extraction_scorers as S
-from experiments import official, scoring, two_paths
+from experiments import official, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.extraction_sample import AUDIT_RULE, choose_audit_sample, class_weights
 from experiments.review_page import build_review_page
 from experiments.scoring import sha256_text
-from experiments.selection import config_head, load_rows, select_items
+from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
 
 NAME = "extraction"
 CONFIG_SECTIONS = ("shared", "extraction")
 NEEDS_CHAT_TEMPLATE = True     # the prompts go through the tokenizer's chat template (run.py checks a local model)
 PREREGISTRATION_FILE = "extraction.preregistration.json"     # in O/, written before the model is loaded
 SCORERS = ("exact", "strict", "regex")
+PAIRS = (("exact", "strict"), ("exact", "regex"), ("strict", "regex"))     # summary["paired"], ["uncertainty"]
 LM_EVAL_FILES = ["filters/__init__.py", "filters/extraction.py", "filters/selection.py", "api/filter.py",
                  "api/instance.py", "api/registry.py", "models/huggingface.py", "models/utils.py"]
 HUMAN_REVIEW_NULL = {
@@ -252,7 +253,8 @@ def summarise(records, split, config, lm_eval_meta, prereg, prereg_sha):
     gen["all_identical"] = gen["n_identical"] == n and gen["n_input_ids_identical"] == n
     gen["mismatch_idx"] = [r["idx"] for r in records if not r["lm_eval_generate_until"]["identical"]]
     return {
-        "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm", "n_items": n,
+        "experiment": NAME, "split": split, "confirmation_items_scored": confirmation_items_scored(split),
+        "n_items": n,
         "label_counts": counts,
         # answering one label every time, scored like the regex scorer: what "correct" means without reading
         "constant_answer_baselines": {f"always_{l}": sum(r["label_name"] == l for r in records) for l in labels},
@@ -266,8 +268,7 @@ def summarise(records, split, config, lm_eval_meta, prereg, prereg_sha):
                       "accuracy": sum(r["regex"]["correct"] for r in records) / n,
                       "pred_counts": {**{l: preds.count(l) for l in labels}, "none": preds.count(None)}},
         },
-        "paired": {f"{a}_vs_{b}": paired(records, a, b) for a, b in (("exact", "strict"), ("exact", "regex"),
-                                                                     ("strict", "regex"))},
+        "paired": {f"{a}_vs_{b}": paired(records, a, b) for a, b in PAIRS},
         "patterns": pattern_table(records),
         "match_failures": {"all": cats, "regex_wrong": cats_wrong, "regex_right": cats_right},
         "finish_reasons": {k: sum(r["finish_reason"] == k for r in records) for k in ("eos", "length")},
@@ -281,7 +282,20 @@ def summarise(records, split, config, lm_eval_meta, prereg, prereg_sha):
                          "per_class": {str(k): sum(s["label"] == k for s in prereg["items"])
                                        for k in range(len(labels))}},
         "human_review": dict(HUMAN_REVIEW_NULL),
+        "uncertainty": uncertainty(records),
     }
+
+
+
+def uncertainty(records):
+    """summary["uncertainty"]: a Wilson interval for each scorer's accuracy; each pair of scorers paired on the
+    same generations (Newcombe interval of the difference, exact McNemar; the counts are paired[...]'s)."""
+    n = len(records)
+    right = {s: [bool(r[s]["correct"]) for r in records] for s in SCORERS}
+    return stats.uncertainty_block(
+        {f"scorers/{s}/accuracy": (sum(right[s]), n) for s in SCORERS},
+        {f"{a}_vs_{b}": (f"scorers.{a}.accuracy", f"scorers.{b}.accuracy", list(zip(right[a], right[b])))
+         for a, b in PAIRS})
 
 
 def headline(s):

@@ -3,8 +3,8 @@
 Tasks come from config["harness_tasks_dir"], which must exist, or by default from the shipped fixture tasks
 (fixtures/harness_tasks), read in place: no working directory is made (nothing public holds prompts or targets).
 --smoke takes the first `harness_smoke_examples` example(s) of each task; dev takes all of them; the fixtures have
-no held-back part, so --split confirm scores the same examples as dev (and says so). Reads ctx.options.out only (no
-other run.py flag applies).
+no held-back part, so --split confirm and --split all score the same examples as dev (and say so). Reads
+ctx.options.out only (no other run.py flag applies).
 
 The model is loaded here, through the repository's adapter.py, and handed to harness/ as an object: harness/ imports
 nothing from the repository.
@@ -150,11 +150,14 @@ def config_of(ctx, tasks_dir, configured, tasks, settings, chat_template):
             "chat_template_sha256": hashlib.sha256(chat_template.encode("utf-8")).hexdigest()}
 
 
+SPLIT_NOTES = {"confirm": "the fixture tasks have no held-back part: confirm scores the same examples as dev",
+               "all": "the harness tasks have no rows to select: all scores every example of every task, as dev does"}
+
+
 def summary_of(split, tasks, public_board):
     shipped = {p.stem: sha256_file(p) for p in sorted(FIXTURES.glob("*.jsonl"))}
     return {"experiment": NAME, "split": split, "confirmation_items_scored": False,
-            "split_note": "the fixture tasks have no held-back part: confirm scores the same examples as dev"
-            if split == "confirm" else None,
+            "split_note": SPLIT_NOTES.get(split),
             "n_examples": sum(len(t.examples) for t in tasks.values()), "leaderboard": public_board,
             "tasks_are_shipped_fixtures": {n: shipped.get(n) == t.sha256 for n, t in tasks.items()}}
 

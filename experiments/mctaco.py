@@ -31,7 +31,7 @@ import warnings
 from tqdm import tqdm
 
 import resources
-from experiments import official, parallel, scoring, two_paths
+from experiments import official, parallel, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from resources import ResourceError
@@ -557,7 +557,31 @@ def summarise(records, questions, doc_idx, selection, split, meta, limit_rows, s
                                        "answer_sha256", "prompt_sha256", "candidate texts",
                                        "candidate token ids and start", "f1 pair"]},
         "limit_demo": {"reference": reference, "rows": limit_rows, "shuffle_before_cut": shuffle},
+        "uncertainty": uncertainty(records, complete, correct),
     }
+
+
+def uncertainty(records, complete, correct):
+    """summary["uncertainty"]: a Wilson interval for acc (both paths, per category, the constant answers) and EM
+    (over the complete questions: a question is one trial), on this run's documents; none for limit_demo."""
+    def acc(rs, pred_of):
+        return sum(int(pred_of(r) == r["label"]) for r in rs), len(rs)
+
+    def em(qs):
+        return sum(all(correct[i] for i in q["idx"]) for q in qs), len(qs)
+
+    out = {"official/acc": acc(records, lambda r: r["official"]["pred"]),
+           "independent/acc": acc(records, lambda r: r["independent"]["pred"]),
+           "independent/em/em": em(complete)}
+    for cat in resources.MCTACO_CATEGORIES:
+        rs = [r for r in records if r["category"] == cat]
+        if rs:
+            out[f"by_category/{cat}/acc"] = acc(rs, lambda r: r["independent"]["pred"])
+            out[f"by_category/{cat}/em"] = em([q for q in complete if q["category"] == cat])
+    for k, name in ((0, "always_no"), (1, "always_yes")):
+        out[f"baselines/{name}/acc"] = acc(records, lambda r, k=k: k)
+    return stats.uncertainty_block(out, {}, not_covered={
+        "limit_demo": "lm-eval's figures on the first N documents, shown to demonstrate --limit; not estimates"})
 
 
 def headline(s, data_id):

@@ -30,10 +30,10 @@ import json
 
 from tqdm import tqdm
 
-from experiments import official, parallel, scoring, two_paths
+from experiments import official, parallel, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
-from experiments.selection import config_head, load_rows, select_items
+from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
 from resources import ResourceError
 
 NAME = "options"
@@ -73,12 +73,9 @@ def argmax_norm_tokens(scores, n_tokens):
 
 
 def mcnemar_exact(gains, losses):
-    """Exact two-sided McNemar test: binomial test of the discordant pairs at 1/2; 1.0 when there are none."""
-    if gains + losses == 0:
-        return 1.0
-    from scipy.stats import binomtest
-
-    return float(binomtest(gains, gains + losses, 0.5, alternative="two-sided").pvalue)
+    """Exact two-sided McNemar test: binomial test of the discordant pairs at 1/2; 1.0 when there are none
+    (stats.mcnemar_exact, integer arithmetic)."""
+    return stats.mcnemar_exact(gains, losses)
 
 
 def conditions_from_config(config):
@@ -376,7 +373,7 @@ def summarise(records, conditions, comparisons, split):
                      f"{m['acc_norm_tokens']:>12.4f} {m['predicted_positive']:>8} {m['chose_first_position']:>9} "
                      f"{m['baseline_all_negative_correct']:>7} {m['baseline_all_positive_correct']:>7}")
     return {
-        "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
+        "experiment": NAME, "split": split, "confirmation_items_scored": confirmation_items_scored(split),
         "n_items": n, "n_conditions": len(conditions), "n_records": len(records),
         "n_candidates": sum(len(r["abs_diff"]) for r in records),
         "label_counts": {str(k): labels.count(k) for k in (0, 1)},
@@ -393,7 +390,28 @@ def summarise(records, conditions, comparisons, split):
                                        "list conditions)", "official requests == (context, candidate)",
                                        "candidate token ids and start (official _encode_pair)",
                                        "lm-eval process_results acc/acc_norm == local"]},
+        "uncertainty": uncertainty(by_cond, metrics, comparisons),
     }
+
+
+# the accuracies of one condition (summary["conditions"][name]) and the correct count each is made of
+CONDITION_ACCURACIES = (("acc", "correct"), ("acc_norm", "correct_norm"), ("acc_norm_tokens", "correct_norm_tokens"),
+                        ("baseline_all_negative_acc", "baseline_all_negative_correct"),
+                        ("baseline_all_positive_acc", "baseline_all_positive_correct"))
+
+
+def uncertainty(by_cond, metrics, comparisons):
+    """summary["uncertainty"]: a Wilson interval for every accuracy of every condition; for every configured
+    comparison a vs b, the paired difference of their accuracies (Newcombe) and the exact McNemar p on the items
+    one condition gets right and the other wrong (the same p as flips[...]["mcnemar_p"])."""
+    accuracies = {f"conditions/{c}/{acc}": (m[k], m["n"]) for c, m in metrics.items()
+                  for acc, k in CONDITION_ACCURACIES}
+    paired = {}
+    for a, b in comparisons:
+        right_b = {r["idx"]: bool(r["correct"]) for r in by_cond[b]}
+        paired[comparison_name(a, b)] = (f"conditions.{a}.acc", f"conditions.{b}.acc",
+                                         [(bool(r["correct"]), right_b[r["idx"]]) for r in by_cond[a]])
+    return stats.uncertainty_block(accuracies, paired)
 
 
 def headline(s):

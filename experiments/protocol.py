@@ -15,10 +15,10 @@ import time
 
 from tqdm import tqdm
 
-from experiments import fast_scoring, official, parallel, result_cache, scoring, two_paths
+from experiments import fast_scoring, official, parallel, result_cache, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
-from experiments.selection import config_head, load_rows, select_items
+from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
 
 NAME = "protocol"
 CONFIG_SECTIONS = ("shared", "protocol")
@@ -232,7 +232,7 @@ def summarise(records, split, meta):
         return {"correct": correct, "accuracy": correct / n, "pred_counts": {str(k): preds.count(k) for k in (0, 1)}}
 
     return {
-        "experiment": NAME, "split": split, "confirmation_items_scored": split == "confirm",
+        "experiment": NAME, "split": split, "confirmation_items_scored": confirmation_items_scored(split),
         "n_items": n, "n_candidates": sum(len(r["abs_diff"]) for r in records), "label_counts": label_counts,
         "official": {**side(lambda r: r["official"]["pred"]), "lm_eval_reported_acc": meta["reported_acc"]},
         "independent": side(lambda r: r["independent"]["pred"]),
@@ -241,7 +241,21 @@ def summarise(records, split, meta):
         "identity_checks": {"passed": True, "n_samples_joined": n,
                             "fields": ["doc_id", "doc.idx", "label", "target", "sentence_sha256", "prompt_sha256",
                                        "candidate texts", "candidate token ids and start"]},
+        "uncertainty": uncertainty(records, majority),
     }
+
+
+def uncertainty(records, majority):
+    """summary["uncertainty"]: Wilson intervals of both paths' accuracies and of the constant-class baseline's;
+    each path against that baseline, paired on the items (Newcombe interval of the difference, exact McNemar)."""
+    n = len(records)
+    right = {side: [r[side]["pred"] == r["label"] for r in records] for side in ("official", "independent")}
+    baseline = [r["label"] == majority for r in records]
+    return stats.uncertainty_block(
+        {"official/accuracy": (sum(right["official"]), n), "independent/accuracy": (sum(right["independent"]), n),
+         "constant_class_baseline/accuracy": (sum(baseline), n)},
+        {f"{side}_vs_constant_class": (f"{side}.accuracy", "constant_class_baseline.accuracy",
+                                       list(zip(right[side], baseline))) for side in ("official", "independent")})
 
 
 def diff_figures(a, b):
@@ -306,9 +320,14 @@ def cache_headline(cache_stats, fast_summary):
 
 
 def headline(s):
+    u = s["uncertainty"]
+    ci = u["accuracies"]["independent/accuracy"]["wilson95"]
+    vs = u["paired"]["independent_vs_constant_class"]
     return (f"{s['n_items']} items, {s['n_candidates']} candidates: official {s['official']['correct']}/{s['n_items']}, "
-            f"independent {s['independent']['correct']}/{s['n_items']}, max |official - independent| = "
-            f"{s['agreement']['max_abs_diff']}, identity checks passed")
+            f"independent {s['independent']['correct']}/{s['n_items']}"
+            + (f" (95% CI {ci[0]:.3f}-{ci[1]:.3f}; vs constant class {vs['difference']:+.3f}, McNemar p = "
+               f"{vs['mcnemar_p']:.3g})" if ci else "")
+            + f", max |official - independent| = {s['agreement']['max_abs_diff']}, identity checks passed")
 
 
 def sort_note(options, official_meta):

@@ -1,8 +1,9 @@
 """Item selection by a fixed hash rule, decided before any output is seen, and the one loader of SST-2 rows.
 
 Rows are ranked by sha256(f"{salt}:{idx}") ascending. The first n_dev are the development items, the next
-n_confirm the confirmation items; --smoke takes the first n_smoke development items. The rule needs only the
-salt and the row count, so anyone can recompute it (audit.py does, with its own code).
+n_confirm the confirmation items; --smoke takes the first n_smoke development items. --split all takes every row of
+the data's validation split in idx order (0..n_rows-1, no ranking), the confirmation items among them. The rule
+needs only the salt and the row count, so anyone can recompute it (audit.py does, with its own code).
 """
 import hashlib
 
@@ -17,12 +18,24 @@ def ranked_indices(salt, n_rows):
     return sorted(range(n_rows), key=lambda i: rank_key(salt, i))
 
 
+SPLITS = ("smoke", "dev", "confirm", "all")
+ALL_RULE = "every row of the data's validation split in idx order (0..n_rows-1), the confirmation items included"
+
+
+def confirmation_items_scored(split):
+    """Whether a split scores the held-back confirmation items: confirm, and all (every row)."""
+    return split in ("confirm", "all")
+
+
 def select(split, salt, n_rows, n_dev, n_confirm, n_smoke):
-    """Return the idx list of a split, in rank order. Refuses a split the data is too small to fill."""
+    """Return the idx list of a split: rank order for smoke/dev/confirm (refused when the data is too small to
+    fill it), idx order for all."""
+    if split == "all":
+        return list(range(n_rows))
     ranked = ranked_indices(salt, n_rows)
     bounds = {"smoke": (0, n_smoke), "dev": (0, n_dev), "confirm": (n_dev, n_dev + n_confirm)}
     if split not in bounds:
-        raise ValueError(f"unknown split {split!r}; expected one of {sorted(bounds)}")
+        raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
     lo, hi = bounds[split]
     if hi > n_rows:
         raise ValueError(f"split {split!r} needs {hi} ranked rows but the data has {n_rows}")
@@ -53,14 +66,17 @@ def select_items(config, split, n_rows):
 
 def selection_block(config, split, idx_list):
     """The selection block every experiment writes into config.json (audit.py recomputes the rule from it)."""
-    return {"salt": config["selection_salt"], "rule": config["selection_rule"], "n_dev": config["n_dev"],
-            "n_confirm": config["n_confirm"], "n_smoke": config["n_smoke"], "split": split, "item_idx": idx_list}
+    block = {"salt": config["selection_salt"], "rule": config["selection_rule"], "n_dev": config["n_dev"],
+             "n_confirm": config["n_confirm"], "n_smoke": config["n_smoke"], "split": split, "item_idx": idx_list}
+    if split == "all":
+        block["split_rule"] = ALL_RULE
+    return block
 
 
 def config_head(ctx, name, n_rows, idx_list):
     """The part of config.json every experiment on the SST-2 items writes: what was run, on which data and
     model, which items, with which effective config."""
-    return {"experiment": name, "split": ctx.split, "confirmation_items_scored": ctx.split == "confirm",
+    return {"experiment": name, "split": ctx.split, "confirmation_items_scored": confirmation_items_scored(ctx.split),
             "data": ctx.inputs.data_id, "data_content_sha256": ctx.inputs.data_content_sha256, "n_rows": n_rows,
             "selection": selection_block(ctx.config, ctx.split, idx_list), "config": ctx.config,
             "model": ctx.inputs.model_identity}

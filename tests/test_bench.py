@@ -24,8 +24,8 @@ def test_bench_refuses_a_bad_data_file_in_one_line(tmp_path):
     bad.write_text("sentence\tlabel\nfine\t1\nbroken row without a label\n", encoding="utf-8")
     proc = run_cli("bench.py", "--cache", tmp_path / "no-cache", "--data-file", bad)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [f"error: {bad}:3: expected '<sentence><TAB><0|1>', found "
-                                                "'broken row without a label'"]
+    assert proc.stderr.strip().splitlines() == [f"error: {bad}:3: expected 2 TAB-separated fields (sentence, "
+                                                "label), found 1: 'broken row without a label'"]
 
 
 def test_bench_method_names(tmp_path):

@@ -545,8 +545,14 @@ def check_stages(tables, out, name):
 
 def check_protocol(t, s, out):
     h = rows_by_first(t, "protocol-headline")
+    acc = s["uncertainty"]["accuracies"]
     for key, row in (("official", "official (lm-eval 0.4.9.2)"), ("independent", "independent")):
-        assert h[row][1:4] == [shown(s[key]["correct"]), shown(s["n_items"]), shown(s[key]["accuracy"])]
+        assert h[row][1:5] == [shown(s[key]["correct"]), shown(s["n_items"]), shown(s[key]["accuracy"]),
+                               shown(acc[f"{key}/accuracy"]["wilson95"])]
+    u = rows_by_first(t, "protocol-uncertainty")
+    for name, x in s["uncertainty"]["paired"].items():
+        assert u[name][3:9] == [shown(x[k]) for k in ("n", "only_a", "only_b", "difference", "difference_ci95",
+                                                      "mcnemar_p")], name
     ag = rows_by_first(t, "protocol-agreement")
     assert ag["max |official − independent| (candidate log-likelihood)"][1] == shown(s["agreement"]["max_abs_diff"])
     assert ag["prediction mismatches"][1] == shown(s["agreement"]["n_prediction_mismatches"])
@@ -558,9 +564,16 @@ def check_options(t, s, out):
     assert set(h) == set(s["conditions"])
     for name, m in s["conditions"].items():
         r = h[name]
-        assert r[3:10] == [shown(m[k]) for k in ("correct", "n", "acc", "correct_norm", "acc_norm",
-                                                 "correct_norm_tokens", "acc_norm_tokens")], name
-        assert r[12:14] == [shown(m["baseline_all_negative_correct"]), shown(m["baseline_all_positive_correct"])]
+        ci = {k: shown(s["uncertainty"]["accuracies"][f"conditions/{name}/{k}"]["wilson95"])
+              for k in ("acc", "acc_norm", "acc_norm_tokens")}
+        assert r[3:13] == [shown(m["correct"]), shown(m["n"]), shown(m["acc"]), ci["acc"], shown(m["correct_norm"]),
+                           shown(m["acc_norm"]), ci["acc_norm"], shown(m["correct_norm_tokens"]),
+                           shown(m["acc_norm_tokens"]), ci["acc_norm_tokens"]], name
+        assert r[15:17] == [shown(m["baseline_all_negative_correct"]), shown(m["baseline_all_positive_correct"])]
+    u = rows_by_first(t, "options-uncertainty")
+    assert set(u) == set(s["flips"]) == set(s["uncertainty"]["paired"])
+    for name, x in s["uncertainty"]["paired"].items():
+        assert u[name][8] == shown(x["mcnemar_p"]) == shown(s["flips"][name]["mcnemar_p"]), name
     f = rows_by_first(t, "options-flips")
     assert set(f) == set(s["flips"])
     for name, x in s["flips"].items():
@@ -593,7 +606,12 @@ def check_options(t, s, out):
 def check_extraction(t, s, out):
     h = rows_by_first(t, "extraction-scorers")
     for name, sc in s["scorers"].items():
-        assert h[name][1:4] == [shown(sc["correct"]), shown(s["n_items"]), shown(sc["accuracy"])], name
+        assert h[name][1:5] == [shown(sc["correct"]), shown(s["n_items"]), shown(sc["accuracy"]),
+                                shown(s["uncertainty"]["accuracies"][f"scorers/{name}/accuracy"]["wilson95"])], name
+    u = rows_by_first(t, "extraction-uncertainty")
+    for name, x in s["uncertainty"]["paired"].items():
+        assert u[name][4:9] == [shown(x[k]) for k in ("only_a", "only_b", "difference", "difference_ci95",
+                                                      "mcnemar_p")], name
     for name, v in s["constant_answer_baselines"].items():
         assert h[f"baseline: {name}"][1] == shown(v)
     p = rows_by_first(t, "extraction-patterns")
@@ -620,18 +638,23 @@ def check_extraction(t, s, out):
 def check_mctaco(t, s, out):
     h = rows_by_first(t, "mctaco-headline")
     for key, row in (("official", "official (lm-eval 0.4.9.2)"), ("independent", "independent")):
-        assert h[row][1:5] == [shown(s[key]["correct"]), shown(s["n_documents"]), shown(s[key]["acc"]),
+        assert h[row][1:6] == [shown(s[key]["correct"]), shown(s["n_documents"]), shown(s[key]["acc"]),
+                               shown(s["uncertainty"]["accuracies"][f"{key}/acc"]["wilson95"]),
                                shown(s[key]["f1"])], key
     em = s["independent"]["em"]
-    assert h["independent"][6:8] == [f"{em['n_correct_questions']}/{em['n_complete_questions']}", shown(em["em"])]
+    assert h["independent"][7:10] == [f"{em['n_correct_questions']}/{em['n_complete_questions']}", shown(em["em"]),
+                                      shown(s["uncertainty"]["accuracies"]["independent/em/em"]["wilson95"])]
     for name, b in s["baselines"].items():
-        assert h[f"baseline: {name}"][3:5] == [shown(b["acc"]), shown(b["f1"])]
+        assert h[f"baseline: {name}"][3:6] == [shown(b["acc"]),
+                                               shown(s["uncertainty"]["accuracies"][f"baselines/{name}/acc"]["wilson95"]),
+                                               shown(b["f1"])]
     sc = rows_by_first(t, "mctaco-scope")
     assert sc["lm-eval's own reported acc"][1] == shown(s["official"]["lm_eval_reported"]["acc"])
     assert sc["lm-eval's own reported F1"][1] == shown(s["official"]["lm_eval_reported"]["f1"])
     cats = rows_by_first(t, "mctaco-categories")
     for c, v in s["by_category"].items():
-        assert cats[c][1:3] == [shown(v["n_documents"]), shown(v["acc"])] and cats[c][5] == shown(v["em"])
+        assert cats[c][1:3] == [shown(v["n_documents"]), shown(v["acc"])] and cats[c][6] == shown(v["em"])
+        assert cats[c][3] == shown(s["uncertainty"]["accuracies"][f"by_category/{c}/acc"]["wilson95"])
     lim = rows_by_first(t, "mctaco-limits")
     groups = rows_by_first(t, "mctaco-limit-groups")
     assert lim["reference (this run)"][3:5] == [shown(s["limit_demo"]["reference"]["acc"]),

@@ -65,12 +65,14 @@ def m_private_sentence(rows):
 
 def m_relabel_split(d):
     """Relabel the split everywhere it is written, consistently: how one would hide which items were scored."""
-    new = {"smoke": "dev", "dev": "smoke", "confirm": "dev"}[read_json(d / "protocol" / "config.json")["split"]]
+    new = {"smoke": "dev", "dev": "smoke", "confirm": "dev", "all": "dev"}[
+        read_json(d / "protocol" / "config.json")["split"]]
 
     def relabel(o):
         o["split"], o["confirmation_items_scored"] = new, new == "confirm"
         if "selection" in o:
             o["selection"]["split"] = new
+            o["selection"].pop("split_rule", None)       # only split all states one
     edit_json(d, "protocol/config.json", relabel)
     edit_json(d, "protocol/summary.json", relabel)
 
@@ -93,6 +95,22 @@ def m_reported_acc(d):
         o["official"]["reported_acc"])))
     edit_json(d, "protocol/summary.json", lambda o: o["official"].update(lm_eval_reported_acc=other_value(
         o["official"]["lm_eval_reported_acc"])))
+
+
+def m_interval(o):
+    """Widen one Wilson bound by 1e-6: a plausible-looking interval that no longer follows from the counts."""
+    ci = o["uncertainty"]["accuracies"]["independent/accuracy"]["wilson95"]
+    ci[0] = ci[0] - 1e-6 if ci[0] >= 1e-6 else ci[0] + 1e-6
+
+
+def m_pvalue(o):
+    p = o["uncertainty"]["paired"]["independent_vs_constant_class"]
+    p["mcnemar_p"] = p["mcnemar_p"] / 2 if p["mcnemar_p"] > 0.5 else p["mcnemar_p"] * 1.5
+
+
+def m_difference_ci(o):
+    ci = next(iter(o["uncertainty"]["paired"].values()))["difference_ci95"]
+    ci[1] = ci[1] - 1e-4
 
 
 def protocol_kinds():
@@ -134,6 +152,10 @@ def protocol_kinds():
         kind("both_scores_shifted", P, "a losing candidate's score -= 1e-3 on both paths (every derived figure "
              "stays consistent)", rec(shift_loser(("official", "independent"), ("official.pred", "independent.pred"))),
              F_, "candidate scores"),
+        kind("uncertainty_interval", P, "summary.json: the independent accuracy's Wilson lower bound moved by 1e-6",
+             json_file("protocol/summary.json", m_interval), A_, "summary.json"),
+        kind("uncertainty_pvalue", P, "summary.json: the McNemar p of independent vs the constant class changed",
+             json_file("protocol/summary.json", m_pvalue), A_, "summary.json"),
     ]
 
 
@@ -172,6 +194,8 @@ def options_kinds():
         kind("options_scores_shifted", O, "a losing candidate's score -= 1e-3 on both paths (predictions, norms and "
              "agreement unchanged)", rec(shift_loser(("official", "independent"), OPTION_PREDS)),
              F_, "candidate scores"),
+        kind("options_difference_interval", O, "summary.json: the first comparison's upper difference bound -= 1e-4",
+             json_file("options/summary.json", m_difference_ci), A_, "summary.json"),
     ]
 
 

@@ -27,13 +27,14 @@ from datetime import datetime
 from pathlib import Path
 
 from evidence_audit.checks import MISSING, expect, get, short
-from evidence_audit.definitions import is_int, is_sha
+from evidence_audit import uncertainty
+from evidence_audit.definitions import confirmation_scored, is_int, is_sha
 from evidence_audit.forward import FORWARD_TOL, forget_scores, llama_logprobs, load_llama, use_threads
 from evidence_audit.reading import load_evidence, parse_strict, read_text, sha256_file, sha256_text
 from evidence_audit.rules.extraction_review import EXT_REVIEW_KEYS, ext_review, print_review, review_check
 from evidence_audit.shared import (RecordShape, config_block, deeper_levels, environment_check, hash_selection,
                                    hash_selection_problems, identity_problems, model_problems, rank_order_problems,
-                                   record_shape_check, required_files, restated_problems, split_problems,
+                                   record_shape_check, required_files, restated_problems, split_note, split_problems,
                                    stages_check, summary_check, token_span)
 from evidence_audit.tokens import chat_template, private_texts, sst2_data_check, tokenizer_or_skip
 
@@ -168,8 +169,13 @@ def ext_generate_until_summary(records, lm_ran):
     return gen
 
 
-def ext_expected_summary(name, split, records, labels, lm_ran, prereg_sha, prereg_items, review_note):
-    """summary.json as the records (and the pre-registered sample) say it must be."""
+EXT_PAIRS = (("exact", "strict"), ("exact", "regex"), ("strict", "regex"))
+
+
+def ext_expected_summary(name, split, records, labels, lm_ran, prereg_sha, prereg_items, review_note,
+                         recorded_uncertainty=None):
+    """summary.json as the records (and the pre-registered sample) say it must be; the floats of the recorded
+    uncertainty block are taken when they match the recomputed ones within uncertainty.TOL."""
     n = len(records)
     idx = [r["idx"] for r in records]
     corr = {s: {r["idx"]: r[s]["correct"] for r in records} for s in EXT_SCORERS}
@@ -180,7 +186,7 @@ def ext_expected_summary(name, split, records, labels, lm_ran, prereg_sha, prere
         patterns.setdefault("".join(str(r[s]["correct"]) for s in EXT_SCORERS), []).append(r["idx"])
     categories = lambda keep: {k: sum(r["categories"][k] for r in records if keep(r)) for k in EXT_CATEGORIES}  # noqa
     return {
-        "experiment": name, "split": split, "confirmation_items_scored": split == "confirm", "n_items": n,
+        "experiment": name, "split": split, "confirmation_items_scored": confirmation_scored(split), "n_items": n,
         "label_counts": {str(k): sum(r["label"] == k for r in records) for k in range(len(labels))},
         "constant_answer_baselines": {f"always_{l}": sum(r["label_name"] == l for r in records) for l in labels},
         "scorers": {
@@ -191,8 +197,7 @@ def ext_expected_summary(name, split, records, labels, lm_ran, prereg_sha, prere
             "regex": {"correct": sum(corr["regex"].values()), "accuracy": rate(sum(corr["regex"].values())),
                       "pred_counts": {**{l: preds.count(l) for l in labels}, "none": preds.count(None)}},
         },
-        "paired": {f"{a}_vs_{b}": ext_paired(corr, a, b, idx)
-                   for a, b in (("exact", "strict"), ("exact", "regex"), ("strict", "regex"))},
+        "paired": {f"{a}_vs_{b}": ext_paired(corr, a, b, idx) for a, b in EXT_PAIRS},
         "patterns": {k: {"n": len(v), "idx": v} for k, v in sorted(patterns.items())},
         "match_failures": {"all": categories(lambda r: True),
                            "regex_wrong": categories(lambda r: not r["regex"]["correct"]),
@@ -206,6 +211,10 @@ def ext_expected_summary(name, split, records, labels, lm_ran, prereg_sha, prere
                          "per_class": {str(k): sum(s["label"] == k for s in prereg_items) for k in range(len(labels))}},
         # a run never has human-review figures: they are null until a sheet is imported here (--review)
         "human_review": {**{k: None for k in EXT_REVIEW_KEYS}, "note": review_note},
+        "uncertainty": uncertainty.expected_block(
+            recorded_uncertainty, {f"scorers/{s}/accuracy": (sum(corr[s].values()), n) for s in EXT_SCORERS},
+            {f"{a}_vs_{b}": (f"scorers.{a}.accuracy", f"scorers.{b}.accuracy", [corr[a][i] for i in idx],
+                             [corr[b][i] for i in idx]) for a, b in EXT_PAIRS}),
     }
 
 
@@ -272,7 +281,7 @@ def config_check(C, name, ev):
                           sha256_text(s.user_prompt) if isinstance(s.user_prompt, str) else None)
     restated_problems(bad, ev, split)
     C.add(name, A, "config consistency (split, selection, scorers, greedy settings, identity.json)", 1, bad,
-          note="CONFIRMATION SPLIT SCORED" if split == "confirm" else "")
+          note=split_note(split))
     return s
 
 
@@ -551,10 +560,11 @@ def summary_values_check(C, name, ev, records, s, prereg):
     items = [x for x in prereg_items(prereg) if isinstance(x, dict)] if prereg else []
     expected = ext_expected_summary(name, cfg.get("split"), records, s.labels, s.lm_ran,
                                     get(cfg, "audit_sample.preregistration_sha256"), items,
-                                    note if isinstance(note, str) else MISSING)
+                                    note if isinstance(note, str) else MISSING,
+                                    get(summ, "uncertainty") if summ is not None else None)
     summary_check(C, name, ev, expected,
                   "summary.json values (counts, paired tables, categories; human-review figures null)", len(records),
-                  extra=extra)
+                  extra=extra, note=f"intervals and McNemar p recomputed by formula, tolerance {uncertainty.TOL:g}")
 
 
 def token_counts(records):

@@ -12,7 +12,7 @@ The rules, written out again here (experiments/mctaco.py is not imported):
   question id   sha256 of f"{sentence}\t{question}" (UTF-8); config.json split_questions lists every question of
                 the split with its row idx; a question is complete in a document set when all its idx are in it,
                 cut when only some are
-  documents     all rows in order (split dev); smoke: every row of the first mctaco_smoke_questions questions;
+  documents     all rows in order (split dev or all); smoke: every row of the first mctaco_smoke_questions questions;
                 limit N: rows 0..N-1 (lm-eval's limit is itertools.islice over eval_docs in dataset order)
   prediction    argmax over the candidates " no", " yes", the first index wins ties
   acc           mean over documents of (prediction == label)
@@ -24,6 +24,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from evidence_audit import uncertainty
 from evidence_audit.checks import MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first, is_int, is_sha
 from evidence_audit.forward import two_path_forward
@@ -36,7 +37,7 @@ from evidence_audit.shared import (abs_diff_problems, both_paths_pred_problems, 
 from evidence_audit.tokens import L, multiple_choice_identity, private_texts_check
 
 A = "arithmetic"
-MCT_SPLITS = ("smoke", "dev")     # no held-back confirmation items
+MCT_SPLITS = ("smoke", "dev", "all")     # no held-back confirmation items; all = dev (every document)
 MCT_LABELS = ("no", "yes")
 MCT_CATEGORIES = ("Event Duration", "Event Ordering", "Frequency", "Typical Time", "Stationarity")
 MCT_COLUMNS = ("sentence", "question", "answer", "label", "category")     # the data parquet, in this order
@@ -249,7 +250,8 @@ def selection_problems(bad, cfg, questions):
     mode selects. Returns (mode, limit, the selected idx or MISSING)."""
     sel = cfg.get("selection") if isinstance(cfg.get("selection"), dict) else {}
     split, mode, limit, n_rows = cfg.get("split"), sel.get("mode"), sel.get("limit"), cfg.get("n_rows")
-    want_mode = {"smoke": "smoke", "dev": "limit" if limit is not None else "all"}.get(split)
+    whole = "limit" if limit is not None else "all"
+    want_mode = {"smoke": "smoke", "dev": whole, "all": whole}.get(split)
     expect(bad, "config.json", "selection.mode", mode, want_mode, f"split {split!r}, limit {limit!r}")
     if mode == "limit":
         expect(bad, "config.json", "selection.allow_partial_groups", sel.get("allow_partial_groups", MISSING), True,
@@ -476,8 +478,29 @@ def by_category(records, fig):
     return out
 
 
-def expected_summary(name, plan, records, fig, limit_demo, identity_fields):
-    """summary.json as the records say it must be."""
+def mct_uncertainty(recorded, records, fig):
+    """summary.json uncertainty: Wilson intervals of acc (both paths, per category, the constant answers) and of EM
+    (one trial per complete question); limit_demo is declared as not covered."""
+    def acc(pairs):                     # [(label, pred), ...] -> (correct, n)
+        return sum(int(l == p) for l, p in pairs), len(pairs)
+
+    def em(qs):
+        return sum(all(fig.correct[i] for i in q["idx"]) for q in qs), len(qs)
+
+    out = {"official/acc": acc(list(zip(fig.labels, fig.off_preds))),
+           "independent/acc": acc(list(zip(fig.labels, fig.ind_preds))), "independent/em/em": em(fig.complete)}
+    for cat in MCT_CATEGORIES:
+        pairs = [(r["label"], p) for r, p in zip(records, fig.ind_preds) if r["category"] == cat]
+        if pairs:
+            out[f"by_category/{cat}/acc"] = acc(pairs)
+            out[f"by_category/{cat}/em"] = em([q for q in fig.complete if q["category"] == cat])
+    for k, nm in ((0, "always_no"), (1, "always_yes")):
+        out[f"baselines/{nm}/acc"] = acc([(l, k) for l in fig.labels])
+    return uncertainty.expected_block(recorded, out, {}, uncovered=("limit_demo",))
+
+
+def expected_summary(name, plan, records, fig, limit_demo, identity_fields, recorded_uncertainty=None):
+    """summary.json as the records say it must be (the recorded uncertainty floats taken within tolerance)."""
     labels, off = fig.labels, side_figures(fig.labels, fig.off_preds, fig.scope)
     diffs = [abs(a - b) for r in records for a, b in zip(r["official"]["scores"], r["independent"]["scores"])]
     return {
@@ -499,6 +522,7 @@ def expected_summary(name, plan, records, fig, limit_demo, identity_fields):
                       "f1_official_vs_independent": [off["f1"], fig.independent["f1"]]},
         "identity_checks": {"passed": True, "n_samples_joined": len(records), "fields": identity_fields},
         "limit_demo": limit_demo,
+        "uncertainty": mct_uncertainty(recorded_uncertainty, records, fig),
     }
 
 
@@ -507,7 +531,8 @@ def summary_values_check(C, name, ev, plan, records, fig, limit_demo):
     official.reported: acc as the mean, f1 as the corpus F1 of "yes") recomputed from them."""
     summ = ev["summary"]
     expected = expected_summary(name, plan, records, fig, limit_demo,
-                                get(summ, "identity_checks.fields") if summ is not None else MISSING)
+                                get(summ, "identity_checks.fields") if summ is not None else MISSING,
+                                get(summ, "uncertainty") if summ is not None else None)
     extra = []
     expect(extra, "config.json", "official.reported", get(ev["config"], "official.reported"),
            expected["official"]["lm_eval_reported"],

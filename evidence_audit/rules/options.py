@@ -13,8 +13,10 @@ out again here from the definitions (experiments/options.py is not imported):
   acc_norm_tokens  argmax of score / number of candidate tokens (a different metric)
   paired        flips = items whose semantic predictions differ; gains = a wrong -> b right; losses = a right ->
                 b wrong; net = gains - losses; exact two-sided McNemar p = min(1, 2 P(X <= min(g, l))),
-                X ~ Bin(g + l, 1/2), 1.0 without discordant pairs (computed exactly with integers here; run.py
-                uses scipy's binomtest, so the recorded p must match to OPT_P_TOL relative)
+                X ~ Bin(g + l, 1/2), 1.0 without discordant pairs (computed exactly with integers here and, in
+                other code, in run.py; the recorded p must match to OPT_P_TOL relative)
+  uncertainty   Wilson intervals of every accuracy of every condition, and per comparison the paired difference
+                of the raw accuracies (Newcombe's method 10) with the exact McNemar p (evidence_audit/uncertainty.py)
   prompts       the official SST-2 prompt, or the list prompt per order, filled by str.replace
 Everything else (required files, config and identity consistency, environment.json, record shape, the selection
 rule, summary comparison, stage timings, private texts file, tokenisation, the data parquet, the forward level) is
@@ -23,14 +25,16 @@ a shared group.
 import json
 
 from evidence_audit.checks import MISSING, expect, get, short
-from evidence_audit.definitions import argmax_divided, argmax_first, is_int, is_num, is_sha, mcnemar_exact
+from evidence_audit import uncertainty
+from evidence_audit.definitions import (argmax_divided, argmax_first, confirmation_scored, is_int, is_num, is_sha,
+                                        mcnemar_exact)
 from evidence_audit.forward import audit_candidate_scores
 from evidence_audit.reading import sha256_text
 from evidence_audit.shared import (CANDIDATE_FIELDS, RecordShape, abs_diff_problems, both_paths_pred_problems,
                                    candidate_problems, candidate_token_counts, config_block, environment_check,
                                    hash_selection, hash_selection_problems, identity_problems, model_problems,
                                    rank_order_problems, record_shape_check, required_files, restated_problems,
-                                   run_levels, split_problems, stages_check, summary_check)
+                                   run_levels, split_note, split_problems, stages_check, summary_check)
 from evidence_audit.tokens import L, candidate_tokenisation_check, private_texts_check, sst2_data_check
 
 A = "arithmetic"
@@ -244,7 +248,7 @@ def config_check(C, name, ev):
         template_sha = None if MISSING in spec.values() else sha256_text(json.dumps(spec, sort_keys=True))
         identity_problems(bad, name, cfg, ev["identity"], template_sha)
     restated_problems(bad, ev, split)
-    C.add(name, A, CONFIG_ROW, 1, bad, note="CONFIRMATION SPLIT SCORED" if split == "confirm" else "")
+    C.add(name, A, CONFIG_ROW, 1, bad, note=split_note(split))
     return conds, comps
 
 
@@ -415,7 +419,7 @@ def summary_values_check(C, name, ev, records, cond_by, comps, positions):
     metrics = {c: opt_metrics(recs_of[c], cond_by[c], positions) for c in cond_by}
     flips = {f"{a} vs {b}": opt_flips(recs_of[a], recs_of[b], a, b, cond_by, positions) for a, b in comps}
     for key, f in flips.items():
-        # the p-values: scipy's binomtest in run.py vs exact integer arithmetic here, equal to OPT_P_TOL relative
+        # the p-values: run.py's code vs the exact integer arithmetic here, equal to OPT_P_TOL relative
         rec_p = get(summ, f"flips.{key}.mcnemar_p") if summ is not None else MISSING
         if is_num(rec_p) and abs(rec_p - f["mcnemar_p"]) <= OPT_P_TOL * max(1.0, f["mcnemar_p"]):
             f["mcnemar_p"] = rec_p
@@ -423,14 +427,42 @@ def summary_values_check(C, name, ev, records, cond_by, comps, positions):
     agree, n_candidates = agreement(records, cond_by, positions)
     fields = get(summ, "identity_checks.fields") if summ is not None else MISSING
     expected = {
-        "experiment": name, "split": split, "confirmation_items_scored": split == "confirm", "n_items": len(first),
+        "experiment": name, "split": split, "confirmation_items_scored": confirmation_scored(split), "n_items": len(first),
         "n_conditions": len(cond_by), "n_records": len(records), "n_candidates": n_candidates,
         "label_counts": {str(k): labels.count(k) for k in (0, 1)}, "flips": flips, "conditions": metrics,
         "agreement": agree, "table": opt_table(flips, metrics, len(first)),
         "identity_checks": {"passed": True, "n_records_joined": len(records), "fields": fields},
+        "uncertainty": opt_uncertainty(get(summ, "uncertainty") if summ is not None else None, recs_of, cond_by,
+                                       comps, positions),
     }
     summary_check(C, name, ev, expected, SUMMARY_ROW, len(records), identity_fields=OPT_IDENTITY_FIELDS,
-                  note=f"McNemar p recomputed exactly, tolerance {OPT_P_TOL:g} relative")
+                  note=f"McNemar p recomputed exactly, tolerance {OPT_P_TOL:g} relative; intervals by formula, "
+                       f"tolerance {uncertainty.TOL:g}")
+
+
+# accuracy name in summary.json conditions.<c> -> what makes one item right for it (recomputed positions / label)
+OPT_ACCURACIES = {"acc": lambda pos, gold, label: pos[0] == gold, "acc_norm": lambda pos, gold, label: pos[1] == gold,
+                  "acc_norm_tokens": lambda pos, gold, label: pos[2] == gold,
+                  "baseline_all_negative_acc": lambda pos, gold, label: label == 0,
+                  "baseline_all_positive_acc": lambda pos, gold, label: label == 1}
+
+
+def opt_uncertainty(recorded, recs_of, cond_by, comps, positions):
+    """summary.json uncertainty: per condition a Wilson interval for each accuracy, per comparison a vs b the paired
+    difference of raw accuracies (Newcombe) and the exact McNemar p, on the items both conditions have."""
+    right = {}
+    for c, recs in recs_of.items():
+        for acc, rule in OPT_ACCURACIES.items():
+            right[c, acc] = {r["idx"]: int(rule(positions[rec_key(r)], cond_by[c]["pi"].index(r["label"]),
+                                                r["label"])) for r in recs}
+    accuracies = {f"conditions/{c}/{acc}": (sum(right[c, acc].values()), len(recs_of[c]))
+                  for c in recs_of for acc in OPT_ACCURACIES}
+    paired = {}
+    for a, b in comps:
+        ids = [r["idx"] for r in recs_of.get(a, []) if r["idx"] in right.get((b, "acc"), {})]
+        paired[f"{a} vs {b}"] = (f"conditions.{a}.acc", f"conditions.{b}.acc", [right[a, "acc"][i] for i in ids],
+                                 [right[b, "acc"][i] for i in ids])
+    return uncertainty.expected_block(recorded, accuracies, paired)
 
 
 def token_counts(records, names):

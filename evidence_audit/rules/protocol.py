@@ -10,7 +10,8 @@ data and forward levels) is a shared group. Nothing recorded is trusted as an in
 labels and token lists, which the deeper levels check in turn.
 """
 from evidence_audit.checks import MISSING, expect, get, short
-from evidence_audit.definitions import argmax_first, is_int, is_sha, lm_eval_doc_hash
+from evidence_audit import uncertainty
+from evidence_audit.definitions import argmax_first, confirmation_scored, is_int, is_sha, lm_eval_doc_hash
 from evidence_audit.fast_mode import fast_expected
 from evidence_audit.forward import two_path_forward
 from evidence_audit.model_files import expected_agreement_claim
@@ -18,8 +19,8 @@ from evidence_audit.reading import sha256_text
 from evidence_audit.shared import (abs_diff_problems, both_paths_pred_problems, candidate_problems,
                                    candidate_token_counts, config_block, environment_check, hash_selection,
                                    hash_selection_problems, identity_problems, model_problems, rank_order_problems,
-                                   record_shape_check, required_files, restated_problems, run_levels, split_problems,
-                                   stages_check, summary_check, two_path_shape)
+                                   record_shape_check, required_files, restated_problems, run_levels, split_note,
+                                   split_problems, stages_check, summary_check, two_path_shape)
 from evidence_audit.tokens import multiple_choice_identity, private_texts_check, sst2_data_check
 
 A = "arithmetic"
@@ -91,9 +92,9 @@ def config_check(C, name, ev):
     if ev["identity"] is not None:
         identity_problems(bad, name, cfg, ev["identity"],
                           sha256_text(prompt_t) if isinstance(prompt_t, str) else None)
-    restated_problems(bad, ev, split, split == "confirm")
+    restated_problems(bad, ev, split, confirmation_scored(split))
     C.add(name, A, "config consistency (split, selection, official task, identity.json)", 1, bad,
-          note="CONFIRMATION SPLIT SCORED" if split == "confirm" else "")
+          note=split_note(split))
     return choices, delim
 
 
@@ -166,8 +167,9 @@ def predictions_checks(C, name, records):
     C.add(name, A, "prompt hashes (official.prompt_hash == prompt_sha256)", n, hashes)
 
 
-def expected_summary(name, split, records, choices, reported, identity_fields):
-    """summary.json as the records say it must be (without the --fast block)."""
+def expected_summary(name, split, records, choices, reported, identity_fields, recorded_uncertainty=None):
+    """summary.json as the records say it must be (without the --fast block); `recorded_uncertainty` is summary.json's
+    uncertainty block, whose floats are taken when they match the recomputed ones within uncertainty.TOL."""
     n = len(records)
     labels = [r["label"] for r in records]
     counts = {k: labels.count(k) for k in range(len(choices))}
@@ -182,7 +184,7 @@ def expected_summary(name, split, records, choices, reported, identity_fields):
                 "pred_counts": {str(k): preds.count(k) for k in range(len(choices))}}
 
     return {
-        "experiment": name, "split": split, "confirmation_items_scored": split == "confirm",
+        "experiment": name, "split": split, "confirmation_items_scored": confirmation_scored(split),
         "n_items": n, "n_candidates": len(diffs), "label_counts": {str(k): v for k, v in counts.items()},
         "official": {**side(off_preds), "lm_eval_reported_acc": reported},
         "independent": side(ind_preds),
@@ -191,7 +193,22 @@ def expected_summary(name, split, records, choices, reported, identity_fields):
                       "n_candidate_score_mismatches": sum(d != 0.0 for d in diffs),
                       "n_prediction_mismatches": sum(a != b for a, b in zip(off_preds, ind_preds))},
         "identity_checks": {"passed": True, "n_samples_joined": n, "fields": identity_fields},
+        "uncertainty": protocol_uncertainty(recorded_uncertainty, labels, off_preds, ind_preds, majority),
     }
+
+
+def protocol_uncertainty(recorded, labels, off_preds, ind_preds, majority):
+    """summary.json uncertainty: Wilson intervals of both paths and of the constant-class baseline; each path
+    paired with that baseline (Newcombe difference interval, exact McNemar), from the recomputed predictions."""
+    right = {"official": [int(p == l) for p, l in zip(off_preds, labels)],
+             "independent": [int(p == l) for p, l in zip(ind_preds, labels)]}
+    base = [int(l == majority) for l in labels]
+    n = len(labels)
+    accuracies = {f"{side}/accuracy": (sum(right[side]), n) for side in right}
+    accuracies["constant_class_baseline/accuracy"] = (sum(base), n)
+    paired = {f"{side}_vs_constant_class": (f"{side}.accuracy", "constant_class_baseline.accuracy", right[side], base)
+              for side in right}
+    return uncertainty.expected_block(recorded, accuracies, paired)
 
 
 def summary_values_check(C, name, ev, records, choices):
@@ -200,7 +217,8 @@ def summary_values_check(C, name, ev, records, choices):
     cfg, summ = ev["config"], ev["summary"]
     reported = get(cfg, "official.reported_acc")
     expected = expected_summary(name, cfg.get("split"), records, choices, reported,
-                                get(summ, "identity_checks.fields") if summ is not None else MISSING)
+                                get(summ, "identity_checks.fields") if summ is not None else MISSING,
+                                get(summ, "uncertainty") if summ is not None else None)
     if summ is not None and ("fast" in summ or any("fast" in r for r in records)):
         expected["fast"] = fast_expected(summ.get("fast"), records, C, name)
     conf = config_block(cfg)
@@ -214,7 +232,8 @@ def summary_values_check(C, name, ev, records, choices):
     expect(extra, "config.json", "official.reported_acc", reported, sum(accs) / n if n else MISSING,
            "mean of the records' official.acc (lm-eval's acc aggregation)")
     summary_check(C, name, ev, expected, "summary.json values (every value recomputed from the records)", n,
-                  extra=extra, identity_fields=IDENTITY_FIELD_RULES)
+                  extra=extra, identity_fields=IDENTITY_FIELD_RULES,
+                  note=f"intervals and McNemar p recomputed by formula, tolerance {uncertainty.TOL:g}")
 
 
 # ---- level 2, identity ---------------------------------------------------------------------------------------------
