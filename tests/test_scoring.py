@@ -25,6 +25,10 @@ class CountingModel:
     def __init__(self, model):
         self.model, self.calls = model, 0
 
+    @property
+    def device(self):             # scoring puts its input tensors on model.device (--device)
+        return self.model.device
+
     def __call__(self, *args, **kwargs):
         self.calls += 1
         return self.model(*args, **kwargs)
