@@ -542,6 +542,7 @@ def run_all(args, chatter):
     check_limit(args, modules)
     routed = route_data(args, modules, named=bool(args.experiment))
     check_parallel(args, modules)
+    check_numerics(args, modules)
     check_device(args)
     inputs = verified_inputs(args)
     check_model_fits(modules, inputs)
@@ -616,6 +617,19 @@ def launch(args):
     if plan.rank > 0:
         sys.stdout = open(os.devnull, "w")
     return None
+
+
+def check_numerics(args, modules):
+    """Off cpu float32 (--device cuda, --dtype bfloat16/float16) only an experiment that states a tolerance-based
+    agreement claim may run (protocol: summary.json agreement_claim); the others compare their two paths bit for bit
+    only (EXACT_AGREEMENT_ONLY), so they are refused on one line rather than failing after scoring."""
+    if (args.device, args.dtype) == ("cpu", "float32"):
+        return
+    exact_only = [n for n, m in modules.items() if getattr(m, "EXACT_AGREEMENT_ONLY", False)]
+    if exact_only:
+        raise ResourceError(f"--device {args.device} --dtype {args.dtype}: experiment(s) {', '.join(exact_only)} claim "
+                            "exact agreement only, which holds on cpu float32; run them there, and name the others "
+                            "with --experiment (protocol states a tolerance-based claim)")
 
 
 def check_parallel(args, modules):

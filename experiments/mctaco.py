@@ -38,6 +38,7 @@ from resources import ResourceError
 
 NAME = "mctaco"
 CONFIG_SECTIONS = ("shared", "protocol", "mctaco")   # protocol: target_delimiter and num_fewshot
+EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device/dtype without that claim
 TASK_YAML = "tasks/mc_taco/default.yaml"
 TASK_NAME = "mc_taco"
 # The contract's --limit attributes (experiments/context.py): --limit is implemented here, and it cuts groups (a

@@ -38,6 +38,7 @@ from resources import ResourceError
 
 NAME = "options"
 CONFIG_SECTIONS = ("shared", "protocol", "options")
+EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device/dtype without that claim
 DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 LABEL_NAMES = {0: "negative", 1: "positive"}

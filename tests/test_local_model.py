@@ -387,3 +387,17 @@ def test_the_result_cache_never_serves_one_local_directory_to_another(tiny_dirs,
     assert cache_for(tiny_dirs["gpt2"]).get(item) == -1.5
     assert cache_for(copy).get(item) is None
     assert first.run["model_sha256"] != cache_for(copy).run["model_sha256"]
+
+
+@pytest.mark.slow
+def test_exact_only_experiments_are_refused_off_cpu_float32_on_one_line(tiny_dirs, data_cache, tmp_path):
+    """options, mctaco and extraction claim exact agreement only: with --dtype bfloat16 run.py refuses them before
+    anything loads (one line, exit 2), naming them; protocol, which states a tolerance, is not refused."""
+    for name in ("options", "mctaco", "extraction"):
+        out = tmp_path / f"o-{name}"
+        proc = run_cli("run.py", "--cache", data_cache, "--out", out, "--experiment", name, "--model",
+                       tiny_dirs["llama"], "--dtype", "bfloat16")
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, (name, proc.stderr)
+        assert f"experiment(s) {name} claim exact agreement only" in lines[0] and "Traceback" not in proc.stderr
+        assert not out.exists() or not any(out.iterdir()), name
