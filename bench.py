@@ -355,7 +355,8 @@ def build_parser():
                                                           "--name import (default the fixture)")
     ap.add_argument("--data-file", help="read an SST-2-shaped .tsv/.parquet directly (not verified by a lock; "
                                         "for files prepare.py has not imported): overrides --data")
-    ap.add_argument("--model", default=SHARED["model"], help="model resource id")
+    ap.add_argument("--model", default=SHARED["model"], help="model resource id, or PATH to a local Hugging Face "
+                                                            "causal-LM directory (as run.py --model)")
     ap.add_argument("--n", type=int, default=None, help="first N rows in idx order (default: all)")
     ap.add_argument("--methods", default=",".join(METHODS),
                     help=f"comma-separated subset of {','.join(METHODS)} (or lm_eval_b<N>, fast_b<N>)")
@@ -537,7 +538,10 @@ def bench_data(args, tmp):
 
     rows = resources.read_data_file(args.data_file) if args.data_file else None      # a bad file: one line, first
     data_id = args.data if not args.data_file else SHARED["data"]       # --data-file: verify only the model
-    model_dir, parquet, model_identity, entry = resources.verified_inputs(args.cache, args.model, data_id)
+    import local_model
+
+    model_dir, parquet, model_identity, entry = resources.verified_inputs(args.cache, args.model, data_id,
+                                                                          local_model=local_model.local_identity)
     if not args.data_file:
         resources.verified_data(args.cache, args.data)      # the content the lock (or CACHE/user.lock.json) pins
         if entry.get("schema", "sst2") != "sst2":

@@ -6,7 +6,8 @@ What a directory must be, or it is refused on one line (ResourceError, exit 2) b
 - a directory of at most MAX_FILES regular files, each at most MAX_FILE_BYTES (MAX_TOTAL_BYTES in all), no deeper
   than MAX_DEPTH; a symlink whose target leaves the directory is refused (its bytes are not the directory's);
 - config.json (at most MAX_CONFIG_BYTES, a JSON object) whose `architectures` are all causal language models:
-  names in transformers' causal-LM auto mapping (LlamaForCausalLM, GPT2LMHeadModel, ...), never a BertModel;
+  names in transformers' causal-LM auto mapping (LlamaForCausalLM, GPT2LMHeadModel, ...), never a BertModel
+  (a config without `architectures` is judged by its model_type, which is what AutoModelForCausalLM reads);
   and no `auto_map` (custom code: trust_remote_code is never passed);
 - weights in safetensors (*.safetensors). A directory whose weights are only pickles (.bin/.pt/.pth/.ckpt/.pkl) is
   refused: loading a pickle runs code. Both loaders are told use_safetensors=True (adapter.model_kwargs,
@@ -112,6 +113,15 @@ def read_config(root, files):
 def check_causal_lm(root, cfg):
     path = Path(root) / "config.json"
     arch = cfg.get("architectures")
+    if arch is None and isinstance(cfg.get("model_type"), str):
+        # no architectures (e.g. a config written by hand or by a converter, like prepare.py's): AutoModelForCausalLM
+        # resolves the class from model_type, so that must name a causal LM
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        if cfg["model_type"] in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and "auto_map" not in cfg:
+            return
+        raise ResourceError(f"{path}: no architectures, and model_type {cfg['model_type']!r} is not in transformers' "
+                            "causal-LM mapping (or auto_map names custom code); only causal LMs can be scored")
     if not (isinstance(arch, list) and arch and all(isinstance(a, str) for a in arch)):
         raise ResourceError(f"{path}: architectures {arch!r}; expected a list naming a causal language model "
                             "(e.g. LlamaForCausalLM, GPT2LMHeadModel)")
@@ -163,4 +173,4 @@ def local_identity(model_dir):
     hashed = {rel: {"sha256": sha256_file(path), "size": path.stat().st_size} for rel, path in sorted(files.items())}
     return {"id": str(root), "dir": str(root), "source": "local", "files": hashed,
             "model_sha256": listing_sha256(hashed), "tokenizer_sha256": listing_sha256(hashed, TOKENIZER_FILES),
-            "architectures": cfg["architectures"], "model_type": cfg.get("model_type"), "hash_rule": HASH_RULE}
+            "architectures": cfg.get("architectures"), "model_type": cfg.get("model_type"), "hash_rule": HASH_RULE}

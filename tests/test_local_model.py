@@ -156,6 +156,26 @@ def test_refused_directories_raise_one_line(tiny_dirs, tmp_path):
         assert REFUSALS[case] in str(e.value) and "\n" not in str(e.value), (case, str(e.value))
 
 
+def test_a_config_without_architectures_is_judged_by_its_model_type(tiny_dirs, tmp_path):
+    """prepare.py's materialised SmolLM2 config has no `architectures` (AutoModelForCausalLM reads model_type): a
+    causal model_type is accepted, a non-causal one (t5) is refused on one line."""
+    import local_model
+    from resources import ResourceError
+
+    for model_type, ok in (("gpt2", True), ("t5", False)):
+        d = tmp_path / model_type
+        shutil.copytree(tiny_dirs["gpt2"], d)
+        cfg = json.loads((d / "config.json").read_text())
+        cfg.pop("architectures")
+        (d / "config.json").write_text(json.dumps({**cfg, "model_type": model_type}))
+        if ok:
+            assert local_model.local_identity(d)["architectures"] is None
+        else:
+            with pytest.raises(ResourceError) as e:
+                local_model.local_identity(d)
+            assert "no architectures, and model_type 't5'" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_too_many_files_are_refused(tiny_dirs, tmp_path, monkeypatch):
     import local_model
     from resources import ResourceError

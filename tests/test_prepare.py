@@ -535,13 +535,13 @@ def imported_modules(path):
 
 def test_layering_of_the_resource_modules():
     """resources.py is the bottom layer; prepare.py stands on it and adapter.py; bench.py (a top-level script)
-    uses resources, config, adapter and experiments/ but never run.py; and nothing imports bench.py."""
+    uses resources, config, adapter, local_model and experiments/ but never run.py; and nothing imports bench.py."""
     repo_modules = {p.stem for p in conftest.REPO.glob("*.py")} | {"experiments", "harness", "evidence_audit"}
     uses = {name: imported_modules(conftest.REPO / f"{name}.py") & repo_modules
             for name in ("resources", "adapter", "prepare", "bench", "local_model")}
     assert uses["resources"] == set() and uses["adapter"] == set() and uses["local_model"] == {"resources"}
     assert uses["prepare"] == {"resources", "adapter"}
-    assert "run" not in uses["bench"] and uses["bench"] <= {"resources", "config", "adapter", "experiments"}
+    assert "run" not in uses["bench"] and uses["bench"] <= {"resources", "config", "adapter", "local_model", "experiments"}
     importers = [str(p.relative_to(conftest.REPO)) for p in conftest.REPO.rglob("*.py")
                  if ".venv" not in p.parts and "bench" in imported_modules(p)]
     assert importers == []
