@@ -421,3 +421,22 @@ def test_exact_only_experiments_are_refused_off_cpu_float32_on_one_line(tiny_dir
         assert proc.returncode == 2 and len(lines) == 1, (name, proc.stderr)
         assert f"experiment(s) {name} claim exact agreement only" in lines[0] and "Traceback" not in proc.stderr
         assert not out.exists() or not any(out.iterdir()), name
+
+
+@pytest.mark.slow
+def test_the_real_model_as_a_local_directory_runs_extraction_and_audits_at_every_level(model_dir, data_cache,
+                                                                                         tmp_path):
+    """The prepared SmolLM2 directory given by path (source local, every file hashed): the chat experiment runs and
+    the audit's forward level re-hashes every local file before its greedy check (model_sha256 of a local
+    directory is derived from all files, not the weights file's own hash)."""
+    local = tmp_path / "smollm2"
+    shutil.copytree(model_dir, local)
+    out = tmp_path / "o"
+    proc = run_cli("run.py", "--cache", data_cache, "--out", out, "--experiment", "extraction", "--smoke", "--model",
+                   local, "--threads", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ident = json.loads((out / "extraction" / "identity.json").read_text())
+    assert ident["model_source"] == "local" and "model.safetensors" in ident["model_files"]
+    proc = run_cli("audit.py", out, "--strict", "--tokens", "--forward", "--cache", data_cache)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert any("greedy tokens" in l and "PASS" in l for l in proc.stdout.splitlines()), proc.stdout[-3000:]

@@ -30,6 +30,7 @@ from evidence_audit.checks import MISSING, expect, get, short
 from evidence_audit import uncertainty
 from evidence_audit.definitions import confirmation_scored, is_int, is_sha
 from evidence_audit.forward import FORWARD_TOL, forget_scores, llama_logprobs, load_llama, use_threads
+from evidence_audit.model_files import is_local, rehash_problems
 from evidence_audit.reading import load_evidence, parse_strict, read_text, sha256_file, sha256_text
 from evidence_audit.rules.extraction_review import EXT_REVIEW_KEYS, ext_review, print_review, review_check
 from evidence_audit.shared import (RecordShape, config_block, deeper_levels, environment_check, hash_selection,
@@ -676,8 +677,11 @@ def greedy_check(C, name, ident, records, tokens, model_dir):
         C.skip(name, F, GREEDY, why)
         return None
     bad = []
-    expect(bad, str(weights), "sha256", sha256_file(weights), ident.get("model_sha256", MISSING) if ident else MISSING,
-           "identity.json model_sha256")
+    if is_local(ident):     # a local --model directory: model_sha256 is derived from every file; re-hash each
+        rehash_problems(bad, model_dir, ident, sorted(ident.get("model_files") or {}))
+    else:
+        expect(bad, str(weights), "sha256", sha256_file(weights),
+               ident.get("model_sha256", MISSING) if ident else MISSING, "identity.json model_sha256")
     figures = greedy_positions(model, records, tokens, bad)
     C.add(name, F, GREEDY, len(records), bad,
           note=f"{figures['positions']} positions, {figures['near_ties']} numerical near-ties, smallest top-1 margin "
