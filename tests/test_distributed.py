@@ -1,10 +1,11 @@
 """Data parallelism (experiments/parallel.py, experiments/shards.py, run.py --shard/--merge, torchrun on gloo).
 
 Fast tests: the assignment rule, launcher detection, shard-file refusals, the replay checks, the result cache with
-several writers. Slow tests (real processes, 2 ranks of one torch thread each on gloo): a torchrun run and a
+several writers, a merge's choice of the shards' pre-registered audit sample. Slow tests (real processes, 2 ranks of one torch thread each on gloo): a torchrun run and a
 --shard 1/2 + --shard 2/2 + --merge of protocol, options and MC-TACO against the one-process smoke run of the
-session (records, summaries, identities identical but for the run id; the audit passes at every level), merge
-refusals, a rank that fails on a real bad input, and a killed distributed run resumed from the result cache.
+session (records, summaries, identities identical but for the run id; the audit passes at every level), the same
+for extraction (torchrun and shards + merge; the pre-registered sample's write time aside) and harness (torchrun;
+latencies aside), merge refusals, a rank that fails on a real bad input, and a killed distributed run resumed from the result cache.
 """
 import json
 import os
@@ -315,6 +316,32 @@ def test_extraction_two_ranks_and_two_shards_give_the_one_process_evidence(one_p
     written = sorted((o / "extraction.preregistration.json").read_text() for o in outs)
     assert (merged / "extraction.preregistration.json").read_text() in written     # a shard's, never remade
     audit_passes(merged, prepared_cache)
+
+
+def without_latency(x):
+    """A harness document without its latency fields (wall-clock measurements)."""
+    if isinstance(x, dict):
+        return {k: without_latency(v) for k, v in x.items() if not k.startswith("latency")}
+    return [without_latency(v) for v in x] if isinstance(x, list) else x
+
+
+def harness_evidence(out):
+    records, summary, identity = evidence(out, "harness")
+    return ([without_latency(json.loads(l)) for l in records.splitlines()], without_latency(summary), identity,
+            (out / "private" / "harness" / "generations.jsonl").read_text())
+
+
+@pytest.mark.slow
+def test_harness_two_ranks_give_the_one_process_evidence(one_process, prepared_cache, tmp_path):
+    """The harness examples data-parallel by adapter batch (a model and a sandbox per rank): records, leaderboard
+    summary, identity and the generation traces are the one-process smoke run's, latencies aside."""
+    out = tmp_path / "dist"
+    proc = torchrun("--cache", prepared_cache, "--out", out, "--smoke", "--experiment", "harness")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert harness_evidence(out) == harness_evidence(one_process)
+    ranks = json.loads((out / "harness" / "stages.json").read_text())["data_parallel"]["ranks"]
+    assert all(r["items_scored"]["harness"] for r in ranks)                # both ranks answered examples
+    audit_passes(out, prepared_cache)
 
 
 def one_error_line(proc):
