@@ -536,6 +536,7 @@ def run_all(args, chatter):
 
     check_flags(args)
     shard_docs = launch(args)
+    args.as_given = scoring_args(args)   # the shard identity: the arguments before route_data fills in defaults
     check_flags(args)
     on_rank0(check_out, args, EXPERIMENTS)
     modules, imports_s = import_experiments(list(dict.fromkeys(args.experiment or EXPERIMENTS)), chatter)
@@ -575,7 +576,8 @@ def run_all(args, chatter):
 
 # ---- data parallelism: torchrun / accelerate launch, --shard K/N, --merge (experiments/parallel.py) -------------
 
-OWN_ARGS = ("cache", "out", "replace", "verbose", "shard", "merge")   # where and how a run writes, not what it scores
+# where and how a run writes, not what it scores (as_given: the scoring arguments as given, set by run_all)
+OWN_ARGS = ("cache", "out", "replace", "verbose", "shard", "merge", "as_given")
 
 
 def scoring_args(args):
@@ -613,7 +615,7 @@ def launch(args):
                                 "accelerate launch leave it out: the ranks share the work themselves")
         plan.mode, plan.rank, plan.world, plan.launcher = "shard", args.shard[0] - 1, args.shard[1], "shards"
         return None
-    parallel.init_distributed(config.CONFIG["shared"]["device"])
+    parallel.init_distributed(args.device)
     if plan.rank > 0:
         sys.stdout = open(os.devnull, "w")
     return None
@@ -677,7 +679,7 @@ def shard_identity(args, modules, inputs, env):
     from experiments.evidence import Stages
 
     options = options_of(args)
-    return {"args": scoring_args(args), "n_shards": parallel.PLAN.world,
+    return {"args": args.as_given, "n_shards": parallel.PLAN.world,
             "configs": {name: context_for(m, args, inputs, options, Stages()).config for name, m in modules.items()},
             "model_sha256": inputs.model_identity["model_sha256"],
             "tokenizer_sha256": inputs.model_identity["tokenizer_sha256"],

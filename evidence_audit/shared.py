@@ -216,7 +216,8 @@ def stage_time_problems(stages):
     return bad
 
 
-def stages_check(C, name, ev, tokens, n_items, check="stages.json token counts (+ sanity of timings)"):
+def stages_check(C, name, ev, tokens, n_items, check="stages.json token counts (+ sanity of timings)",
+                 calls=("official", "independent")):
     """Row `check`: stages.json["tokens"] equals `tokens` (recomputed from the records by the rule; None: the
     experiment's token counts are declared, not recomputable) and the timings pass stage_time_problems."""
     stages = ev["stages"]
@@ -227,14 +228,20 @@ def stages_check(C, name, ev, tokens, n_items, check="stages.json token counts (
     if tokens is not None:
         compare_tree(bad, "stages.json", stages.get("tokens", MISSING), tokens, "tokens.")
     bad += stage_time_problems(stages)
-    bad += data_parallel_problems(stages, ev["records"])
+    bad += data_parallel_problems(stages, ev["records"], calls)
     C.add(name, A, check, n_items, bad, note="wall times and RSS are measurements: sanity-checked, not recomputed")
 
 
-def data_parallel_problems(stages, records):
+def scored_key(item):
+    """A record's key in the ranks' item lists: its idx, or (task, id) for a harness example (JSON: a list)."""
+    return tuple(scored_key(x) for x in item) if isinstance(item, list) else item
+
+
+def data_parallel_problems(stages, records, calls=("official", "independent")):
     """stages.json "data_parallel" (a torchrun / accelerate run, or a --merge of --shard runs; absent in one
-    process): world_size ranks, one entry each, and for each of the official and independent scoring calls the
-    ranks' item lists are a partition of the records' idx (every item scored once, by one rank)."""
+    process): world_size ranks, one entry each, and for each scoring call (the official and independent paths; the
+    harness's one call) the ranks' item lists are a partition of the records' idx, or (task, id) for the harness
+    (every item scored once, by one rank)."""
     dp = stages.get("data_parallel") if isinstance(stages, dict) else None
     if dp is None:
         return []
@@ -243,13 +250,14 @@ def data_parallel_problems(stages, records):
     if not (isinstance(ranks, list) and isinstance(world, int) and len(ranks) == world >= 2):
         return [f"stages.json data_parallel: expected world_size >= 2 and one entry per rank, found "
                 f"{short(world)} and {short(ranks, 80)}"]
-    bad, want = [], sorted({r.get("idx") for r in records or [] if isinstance(r, dict)}, key=str)
-    for call in ("official", "independent"):
+    bad, want = [], sorted({r.get("idx") if "idx" in r else (r.get("task"), r.get("id"))
+                            for r in records or [] if isinstance(r, dict)}, key=str)
+    for call in calls:
         lists = [r.get("items_scored", {}).get(call) if isinstance(r, dict) else None for r in ranks]
         if any(not isinstance(l, list) for l in lists):
             bad.append(f"stages.json data_parallel: a rank has no items_scored.{call} list")
             continue
-        got = [i for l in lists for i in l]
+        got = [scored_key(i) for l in lists for i in l]
         if len(got) != len(set(map(str, got))) or sorted(set(got), key=str) != want:
             bad.append(f"stages.json data_parallel items_scored.{call}: {len(got)} entries over {world} ranks, "
                        f"expected each of the {len(want)} records' idx exactly once")

@@ -14,6 +14,12 @@ is written to O/extraction.preregistration.json before the model is loaded; its 
 human-review figures are null here: they exist only once a filled sheet is imported (audit.py --review SHEET).
 
 Flags it honours (ctx.options): out only (the pre-registration file is written into O before generation).
+
+Data parallel (torchrun / accelerate launch, --shard K/N, --merge; experiments/parallel.py): the audit sample is
+chosen from the selection alone on every rank and rank 0's is taken (parallel.agreed: broadcast before any model is
+loaded; a merge takes the shards' own, checked equal); both generations (transformers', call "independent", and
+lm-eval's generate_until, call "official") go through parallel.shard_map by idx; everything after them runs
+unchanged on the gathered items.
 """
 import hashlib
 import json
@@ -25,7 +31,7 @@ from tqdm import tqdm
 
 import resources
 from experiments import extraction_scorers as S
-from experiments import official, scoring, stats, two_paths
+from experiments import official, parallel, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.extraction_sample import AUDIT_RULE, choose_audit_sample, class_weights
@@ -34,6 +40,7 @@ from experiments.scoring import sha256_text
 from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
 
 NAME = "extraction"
+DATA_PARALLEL = True   # its generations go through parallel.shard_map (torchrun, --shard, --merge)
 CONFIG_SECTIONS = ("shared", "extraction")
 EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device/dtype without that claim
 NEEDS_CHAT_TEMPLATE = True     # the prompts go through the tokenizer's chat template (run.py checks a local model)
@@ -83,14 +90,50 @@ def preregistration(ctx, rows, idx_list):
     }
 
 
+def prereg_text(prereg):
+    return json.dumps(prereg, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def write_preregistration(out, prereg):
-    text = json.dumps(prereg, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    text = prereg_text(prereg)
     path = Path(out) / PREREGISTRATION_FILE
     resources.atomic_write_text(path, text)
     if path.read_text(encoding="utf-8") != text:
         raise IdentityMismatch("the pre-registration file does not read back as written",
                                [(None, str(path), "written", "read back differently")])
     return path, sha256_text(text)
+
+
+def earliest_preregistration(shard_samples, mine):
+    """parallel.agreed's pick at a merge: the shards' samples must be the one this selection gives (`mine`) but for
+    the time each was written; the earliest is taken (each shard wrote its own before its own generation, so the
+    earliest precedes every shard's generation)."""
+    def content(p):
+        return {k: v for k, v in p.items() if k != "created_at_utc"} if isinstance(p, dict) else p
+
+    for label, sample in shard_samples:
+        if content(sample) != content(mine):
+            raise resources.ResourceError(f"--merge: {label}: its pre-registered extraction audit sample is not the "
+                                          "one this selection gives; shards of one run only")
+    return min((s for _, s in shard_samples), key=lambda s: s["created_at_utc"])
+
+
+def preregister(ctx, prereg):
+    """(path, sha256) of the sample written to O/ by the writing process (rank 0 of a distributed run; its error
+    stops every rank with the same line)."""
+    path = Path(ctx.options.out) / PREREGISTRATION_FILE
+    if parallel.PLAN.mode != "distributed":
+        return write_preregistration(ctx.options.out, prereg)
+    error = None
+    if parallel.is_writer():
+        try:
+            write_preregistration(ctx.options.out, prereg)
+        except (OSError, IdentityMismatch) as e:
+            error = str(e)
+    error = parallel.broadcast(error)
+    if error:
+        raise resources.ResourceError(f"{path}: the pre-registration could not be written on rank 0 ({error})")
+    return path, sha256_text(prereg_text(prereg))
 
 
 # ---- 2. prompts and generation -----------------------------------------------------------------------------------
@@ -142,18 +185,43 @@ def finish_reason(new_ids, eos_id, max_new_tokens, where):
 
 
 def generate_all(ctx, items):
+    """Greedy generation of every item, data parallel through parallel.shard_map (by idx); each item gets its
+    finish_reason, generated_ids and generation. Returns the generation meta (its time window spans every part)."""
+    per_item, meta = parallel.shard_map(ctx, "independent", items, lambda part: generate_part(ctx, part),
+                                        combine=generation_window)
+    for it in returned(items, per_item):
+        it.update(per_item[it["idx"]])
+    return meta
+
+
+def returned(items, per_item):
+    """The items shard_map gave results for: every one, except under --shard K/N (the shard's own part; the
+    experiment ends at parallel.scoring_done, before anything reads the rest)."""
+    return [it for it in items if it["idx"] in per_item] if parallel.PLAN.mode == "shard" else items
+
+
+def generation_window(metas, per_item):
+    """A shard_map combine: the first part's meta, generation started at the earliest part's start and finished at
+    the latest part's end."""
+    return {**metas[0], "generation_started_utc": min(m["generation_started_utc"] for m in metas),
+            "generation_finished_utc": max(m["generation_finished_utc"] for m in metas)}
+
+
+def generate_part(ctx, items):
+    """({idx: {finish_reason, generated_ids, generation}}, meta) of these items, one model load."""
     config, stages = ctx.config, ctx.stages
     n_new = config["extraction_max_new_tokens"]
     model, tokenizer = two_paths.load_independent_model(ctx, "model_load")
     eos_id = tokenizer.eos_token_id
     started = utc_now()
+    out = {}
     with stages.stage("generate"):
         for it in tqdm(items, desc="greedy generation", unit="item"):
             new = greedy_generate(model, it["input_ids"], n_new, eos_id)
-            it["finish_reason"] = finish_reason(new, eos_id, n_new, f"idx {it['idx']}")
-            text_ids = new[:-1] if it["finish_reason"] == "eos" else new
-            it["generated_ids"] = new
-            it["generation"] = tokenizer.decode(text_ids, skip_special_tokens=False)
+            reason = finish_reason(new, eos_id, n_new, f"idx {it['idx']}")
+            text_ids = new[:-1] if reason == "eos" else new
+            out[it["idx"]] = {"finish_reason": reason, "generated_ids": new,
+                              "generation": tokenizer.decode(text_ids, skip_special_tokens=False)}
     meta = {**two_paths.model_facts(model, tokenizer), "eos_token_id": eos_id,
             "eos_token": tokenizer.convert_ids_to_tokens(eos_id),
             "generate_call": {"do_sample": False, "num_beams": 1, "max_new_tokens": n_new, "eos_token_id": eos_id,
@@ -161,13 +229,23 @@ def generate_all(ctx, items):
             "decode": "tokenizer.decode(new ids without the final eos, skip_special_tokens=False)",
             "generation_started_utc": started, "generation_finished_utc": utc_now()}
     del model
-    return meta
+    return out, meta
 
 
 # ---- 3. the official path: lm-eval's generate_until and filters ---------------------------------------------------
 
 def lm_eval_generate_until(ctx, items):
-    """HFLM.generate_until on the same chat-rendered contexts, `until` empty so only eos stops it.
+    """(texts, encodings, meta) of HFLM.generate_until on every item, data parallel through parallel.shard_map (by
+    idx; each rank drives its own single-process HFLM on its part)."""
+    per_item, meta = parallel.shard_map(ctx, "official", items,
+                                        lambda part: lm_eval_generate_part(ctx, part))
+    mine = returned(items, per_item)
+    return [per_item[it["idx"]][0] for it in mine], [per_item[it["idx"]][1] for it in mine], meta
+
+
+def lm_eval_generate_part(ctx, items):
+    """HFLM.generate_until on the same chat-rendered contexts, `until` empty so only eos stops it:
+    ({idx: [text, input ids]}, meta).
 
     max_length = max_input_tokens + max_new_tokens, so HFLM's left truncation (to max_length - max_gen_toks) can
     never cut an admissible input."""
@@ -176,8 +254,11 @@ def lm_eval_generate_until(ctx, items):
     settings = {"pretrained": str(ctx.inputs.model_dir), "device": config["device"], "dtype": config["dtype"],
                 "batch_size": config["batch_size"], "max_length": config["max_input_tokens"] + n_new,
                 "attn_implementation": config["attn_implementation"]}
-    with stages.stage("lm_eval_model_load"):
+    with stages.stage("lm_eval_model_load"), parallel.one_process_lm_eval():
         lm = official.make_hflm(settings)
+    if lm.world_size != 1:
+        raise resources.ResourceError(f"lm-eval's HFLM runs as rank {lm.rank} of {lm.world_size} processes itself; "
+                                      "this repository drives one single-process HFLM per rank")
     gen_kwargs = {"until": [], "max_gen_toks": n_new, "do_sample": False}
     with stages.stage("lm_eval_generate_until"):
         texts, encodings = official.generate_until(lm, [it["prompt"] for it in items], gen_kwargs)
@@ -185,7 +266,7 @@ def lm_eval_generate_until(ctx, items):
             "torch_threads": torch.get_num_threads(),
             "stop_sequences": "until=[] -> lm-eval adds the eos string, so only eos (or the length limit) stops it"}
     del lm
-    return texts, encodings, meta
+    return {it["idx"]: [t, e] for it, t, e in zip(items, texts, encodings)}, meta
 
 
 def lm_eval_filter_config(config):
@@ -407,23 +488,28 @@ def generate_and_crosscheck(ctx, rows, idx_list):
 
 def run(ctx):
     config, stages = ctx.config, ctx.stages
+    if parallel.PLAN.mode != "single" and not config["extraction_crosscheck_lm_eval"]:
+        raise resources.ResourceError("extraction_crosscheck_lm_eval is off: a data-parallel extraction run needs "
+                                      "both paths (the audit checks each one's items per rank); run it in one process")
     with stages.stage("selection"):
         rows = load_rows(ctx.inputs.parquet_path)
         idx_list = select_items(config, ctx.split, len(rows))
     # The audit sample is chosen and written now: nothing model-related exists yet in this process's run.
     with stages.stage("audit_sample_preregistration"):
-        prereg = preregistration(ctx, rows, idx_list)
-        prereg_path, prereg_sha = write_preregistration(ctx.options.out, prereg)
+        prereg = parallel.agreed(ctx, "preregistration", preregistration(ctx, rows, idx_list),
+                                 earliest_preregistration)
+        prereg_path, prereg_sha = preregister(ctx, prereg)
 
     items, chat_template, gen_meta, lm_texts, lm_enc, lm_meta = generate_and_crosscheck(ctx, rows, idx_list)
+    parallel.scoring_done(ctx)
     with stages.stage("score"):
         records, private_rows = score_all(config, items, lm_texts, lm_enc, prereg)
         summary = summarise(records, ctx.split, config, lm_meta, prereg, prereg_sha)
     with stages.stage("review_page"):
         page = review_page(ctx, items, prereg, prereg_sha)
 
-    if prereg_path.read_text(encoding="utf-8") != json.dumps(prereg, indent=1, sort_keys=True,
-                                                             ensure_ascii=False) + "\n":
+    # read back by the process that wrote it (rank 0 of a distributed run), its verdict shared by every rank
+    if parallel.broadcast(parallel.is_writer() and prereg_path.read_text(encoding="utf-8") != prereg_text(prereg)):
         raise IdentityMismatch("the pre-registration file changed during the run",
                                [(None, str(prereg_path), prereg_sha, "changed")])
     in_tok = [len(it["input_ids"]) for it in items]

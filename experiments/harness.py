@@ -20,14 +20,22 @@ chat-rendered prompt, its token ids, the generated token ids and the finish reas
 re-checks with its own forward pass (every generated token the greedy argmax, the stop rule). Task files are hashed
 before and after the run; a file that changed underneath the run is an IdentityMismatch. A missing or malformed task
 file, or a sandbox that cannot be set up, is a ResourceError (exit 2).
+
+Data parallel (torchrun / accelerate launch, --shard K/N, --merge; experiments/parallel.py): the examples go through
+parallel.shard_map (call "harness") keyed by (task, id), grouped by adapter batch (task, position // batch_size), so
+each batch is answered whole on one rank as in one process (same batch-level timeouts and latency split); each rank
+loads its own model and runs its own sandbox; the per-task summaries are recomputed from the gathered examples.
 """
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 from tqdm import tqdm
 
 import adapter as model_adapter
+from experiments import parallel
 from experiments.context import Context, Result
 from experiments.evidence import IdentityMismatch
 from harness import leaderboard, runner
@@ -37,6 +45,7 @@ from harness.tasks import FIXTURES, TaskFormatError, head, load_all_tasks
 from resources import ResourceError, sha256_file
 
 NAME = "harness"
+DATA_PARALLEL = True   # its examples go through parallel.shard_map (torchrun, --shard, --merge)
 CONFIG_SECTIONS = ("shared", "harness")
 NEEDS_CHAT_TEMPLATE = True     # the model adapter renders every prompt with the chat template (run.py checks it)
 PROMPT_RULE = ("tokenizer.apply_chat_template([{'role': 'user', 'content': prompt}], add_generation_prompt=True); "
@@ -94,23 +103,59 @@ def headline(board, split):
 
 
 def generate_and_score(ctx, tasks, limits):
-    """(adapter, per-task summaries, per-example results, tokenizer) on the model loaded through adapter.py."""
+    """(adapter facts, per-task summaries, per-example results, tokenizer), data parallel through
+    parallel.shard_map: every example keyed (task, id), whole adapter batches on one rank."""
+    tokenizer = model_adapter.load_tokenizer(ctx.inputs.model_dir)
+    size = ctx.config["harness_batch_size"]
+    items = [{"idx": (name, ex.id), "batch": (name, k // size)} for name in sorted(tasks)
+             for k, ex in enumerate(tasks[name].examples)]
+    per_item, meta = parallel.shard_map(ctx, "harness", items, lambda part: answer_part(ctx, tasks, part, limits),
+                                        group=lambda it: it["batch"], combine=combined_adapter)
+    parallel.scoring_done(ctx)
+    examples = [per_item[it["idx"]] for it in items]
+    generations = {g.pop("prompt_text"): g.pop("generation") for g in examples if "generation" in g}
+    per_task = {name: runner.summarise_task(tasks[name], [SimpleNamespace(**e) for e in examples
+                                                          if e["task"] == name]) for name in sorted(tasks)}
+    adapter = SimpleNamespace(name=meta["name"], tokens=meta["tokens"])
+    if meta["has_generations"]:
+        adapter.generations = generations
+    return adapter, tokenizer, per_task, examples
+
+
+def combined_adapter(metas, per_item):
+    """A shard_map combine: the adapter's name, and its token counters summed over the parts."""
+    tokens = {k: sum(m["tokens"].get(k, 0) for m in metas) for k in metas[0]["tokens"]}
+    return {**metas[0], "tokens": tokens}
+
+
+def answer_part(ctx, tasks, part, limits):
+    """({(task, id): example result (+ its generation trace)}, adapter facts) of the part's examples, in file order,
+    on a model loaded here."""
     config = ctx.config
+    keys = {it["idx"] for it in part}
+    mine = {n: replace(t, examples=[ex for ex in t.examples if (n, ex.id) in keys]) for n, t in tasks.items()}
+    mine = {n: t for n, t in mine.items() if t.examples}
     with ctx.stages.stage("load_model"):
         tokenizer = model_adapter.load_tokenizer(ctx.inputs.model_dir)
-        name = config.get("harness_adapter", "smollm2")
-        adapter = make_adapter(name, lambda: (model_adapter.load_model(ctx.inputs.model_dir, config), tokenizer),
+        adapter = make_adapter(config.get("harness_adapter", "smollm2"),
+                               lambda: (model_adapter.load_model(ctx.inputs.model_dir, config), tokenizer),
                                ctx.inputs.model_identity["id"], config["harness_max_new_tokens"],
                                config["max_input_tokens"])
-    n_examples = sum(len(t.examples) for t in tasks.values())
-    with ctx.stages.stage("generate_and_score"), tqdm(total=n_examples, desc="harness", unit="ex") as bar:
+    with ctx.stages.stage("generate_and_score"), tqdm(total=len(part), desc="harness", unit="ex") as bar:
         try:
-            per_task, examples = runner.run_leaderboard(adapter, tasks, config["harness_batch_size"],
-                                                        config["harness_timeout_s"], limits, bar)
+            _, examples = runner.run_leaderboard(adapter, mine, config["harness_batch_size"],
+                                                 config["harness_timeout_s"], limits, bar)
         except SandboxUnavailable as e:
             raise ResourceError(f"code_exec cannot run here: {e} (see harness/sandbox.py for what the sandbox "
                                 "needs)") from None
-    return adapter, tokenizer, per_task, examples
+    traces = getattr(adapter, "generations", None)
+    prompts = {(n, ex.id): ex.prompt for n, t in mine.items() for ex in t.examples}
+    for e in examples:
+        if traces is not None and prompts[(e["task"], e["id"])] in traces:
+            e["prompt_text"], e["generation"] = prompts[(e["task"], e["id"])], traces[prompts[(e["task"], e["id"])]]
+    return ({(e["task"], e["id"]): e for e in examples},
+            {"name": adapter.name, "tokens": dict(getattr(adapter, "tokens", {})),
+             "has_generations": traces is not None})
 
 
 def check_task_files(tasks, examples):

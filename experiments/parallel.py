@@ -235,6 +235,26 @@ def reassemble(items, key, parts, combine):
     return ordered, (combine(metas, ordered) if combine else metas[0])
 
 
+def agreed(ctx, call, value, pick):
+    """A value every rank must share, fixed from the selection alone before any scoring (extraction's pre-registered
+    audit sample). single: value; distributed: rank 0's, broadcast (a collective: no rank scores before rank 0 has
+    made it); shard: value, recorded in the shard file; replay: pick([(shard label, the shard's value)], value),
+    which checks the shards' values against this run's and returns the one to keep (never recomputed after the
+    scoring it preceded)."""
+    if PLAN.mode == "distributed":
+        return broadcast(value)
+    if PLAN.mode == "shard":
+        record(ctx.name, call, {}, value)
+        return PLAN.recorded[ctx.name][call]["meta"]
+    if PLAN.mode == "replay":
+        shards = PLAN.replay.get(ctx.name, {}).get(call) or []
+        if len(shards) != PLAN.world:
+            raise ResourceError(f"--merge: {len(shards)} of {PLAN.world} shards hold the {ctx.name} {call}; "
+                                "expected every shard's, written by run.py --shard")
+        return pick([(label, part["meta"]) for label, _, part in shards], value)
+    return value
+
+
 def scoring_done(ctx):
     """Called by an experiment after its last shard_map: in shard mode the experiment ends here."""
     if PLAN.mode == "shard":

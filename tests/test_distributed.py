@@ -1,10 +1,11 @@
 """Data parallelism (experiments/parallel.py, experiments/shards.py, run.py --shard/--merge, torchrun on gloo).
 
 Fast tests: the assignment rule, launcher detection, shard-file refusals, the replay checks, the result cache with
-several writers. Slow tests (real processes, 2 ranks of one torch thread each on gloo): a torchrun run and a
+several writers, a merge's choice of the shards' pre-registered audit sample. Slow tests (real processes, 2 ranks of one torch thread each on gloo): a torchrun run and a
 --shard 1/2 + --shard 2/2 + --merge of protocol, options and MC-TACO against the one-process smoke run of the
-session (records, summaries, identities identical but for the run id; the audit passes at every level), merge
-refusals, a rank that fails on a real bad input, and a killed distributed run resumed from the result cache.
+session (records, summaries, identities identical but for the run id; the audit passes at every level), the same
+for extraction (torchrun and shards + merge; the pre-registered sample's write time aside) and harness (torchrun;
+latencies aside), merge refusals, a rank that fails on a real bad input, and a killed distributed run resumed from the result cache.
 """
 import json
 import os
@@ -147,6 +148,28 @@ def test_the_result_cache_takes_several_concurrent_writers(tmp_path):
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def test_a_merge_keeps_the_shards_earliest_audit_sample_and_refuses_one_that_differs(replay_plan):
+    from experiments.extraction import earliest_preregistration
+
+    mine = {"items": [{"idx": 3}], "created_at_utc": "2026-12-01T09:00:03+00:00"}
+    early = dict(mine, created_at_utc="2026-12-01T09:00:01+00:00")
+    late = dict(mine, created_at_utc="2026-12-01T09:00:02+00:00")
+
+    class Ext:
+        name = "extraction"
+
+    def agreed(samples):
+        replay_plan.replay = {"extraction": {"preregistration": [(f"s{k}", k, {"items": [], "meta": m})
+                                                                for k, m in enumerate(samples)]}}
+        return parallel.agreed(Ext(), "preregistration", mine, earliest_preregistration)
+
+    assert agreed([late, early]) == early
+    with pytest.raises(ResourceError, match="s1: its pre-registered extraction audit sample is not the one"):
+        agreed([early, dict(late, items=[{"idx": 4}])])
+    with pytest.raises(ResourceError, match="1 of 2 shards hold the extraction preregistration"):
+        agreed([early])
+
+
 def test_shard_and_merge_are_parsed_and_refused_together():
     import run
 
@@ -250,6 +273,74 @@ def test_shards_merged_give_the_one_process_evidence(one_process, two_shards, pr
     env = json.loads((out / "environment.json").read_text())["data_parallel"]
     assert (env["mode"], env["world_size"], [r["shard"] for r in env["ranks"]]) == ("replay", 2, [1, 2])
     questions_on_one_rank(out)
+    audit_passes(out, prepared_cache)
+
+
+def extraction_evidence(out):
+    """evidence() of extraction, the summary's pre-registration sha256 left out (the file holds the time it was
+    written, a timing) but checked against the file in `out`; and that file's sample without its time."""
+    import hashlib
+
+    records, summary, identity = evidence(out, "extraction")
+    text = (out / "extraction.preregistration.json").read_text()
+    assert summary["audit_sample"].pop("preregistration_sha256") == hashlib.sha256(text.encode()).hexdigest()
+    sample = {k: v for k, v in json.loads(text).items() if k != "created_at_utc"}
+    return records, summary, identity, sample
+
+
+@pytest.mark.slow
+def test_extraction_two_ranks_and_two_shards_give_the_one_process_evidence(one_process, prepared_cache, tmp_path):
+    """extraction's greedy generations (transformers and lm-eval's generate_until) data-parallel by idx: under
+    torchrun with 2 ranks, and as --shard 1/2 + --shard 2/2 + --merge, the records, summary, identity and
+    pre-registered sample are the session's one-process smoke run's; the audit passes at every level."""
+    reference = extraction_evidence(one_process)
+    dist = tmp_path / "dist"
+    proc = torchrun("--cache", prepared_cache, "--out", dist, "--smoke", "--experiment", "extraction")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert extraction_evidence(dist) == reference
+    ranks = json.loads((dist / "extraction" / "stages.json").read_text())["data_parallel"]["ranks"]
+    assert [len(r["items_scored"]["independent"]) for r in ranks] == [1, 1]        # 2 smoke items, one per rank
+    audit_passes(dist, prepared_cache)
+    outs = [tmp_path / f"shard{k}" for k in (1, 2)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    procs = [subprocess.Popen([sys.executable, "run.py", "--cache", str(prepared_cache), "--out", str(o), "--smoke",
+                               "--experiment", "extraction", "--shard", f"{k}/2"], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k, o in zip((1, 2), outs)]
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=1200)
+        assert p.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    merged = tmp_path / "merged"
+    proc = run_cli("run.py", "--cache", prepared_cache, "--out", merged, "--merge", *outs)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert extraction_evidence(merged) == reference
+    written = sorted((o / "extraction.preregistration.json").read_text() for o in outs)
+    assert (merged / "extraction.preregistration.json").read_text() in written     # a shard's, never remade
+    audit_passes(merged, prepared_cache)
+
+
+def without_latency(x):
+    """A harness document without its latency fields (wall-clock measurements)."""
+    if isinstance(x, dict):
+        return {k: without_latency(v) for k, v in x.items() if not k.startswith("latency")}
+    return [without_latency(v) for v in x] if isinstance(x, list) else x
+
+
+def harness_evidence(out):
+    records, summary, identity = evidence(out, "harness")
+    return ([without_latency(json.loads(l)) for l in records.splitlines()], without_latency(summary), identity,
+            (out / "private" / "harness" / "generations.jsonl").read_text())
+
+
+@pytest.mark.slow
+def test_harness_two_ranks_give_the_one_process_evidence(one_process, prepared_cache, tmp_path):
+    """The harness examples data-parallel by adapter batch (a model and a sandbox per rank): records, leaderboard
+    summary, identity and the generation traces are the one-process smoke run's, latencies aside."""
+    out = tmp_path / "dist"
+    proc = torchrun("--cache", prepared_cache, "--out", out, "--smoke", "--experiment", "harness")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert harness_evidence(out) == harness_evidence(one_process)
+    ranks = json.loads((out / "harness" / "stages.json").read_text())["data_parallel"]["ranks"]
+    assert all(r["items_scored"]["harness"] for r in ranks)                # both ranks answered examples
     audit_passes(out, prepared_cache)
 
 

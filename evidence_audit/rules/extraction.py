@@ -445,10 +445,30 @@ def sample_timing_problems(prereg, cfg, stages):
                    f"{short(created)} / {short(started)} are not comparable ISO times")
     if stages is not None and isinstance(stages.get("stages"), list):
         names = [st.get("name") for st in stages["stages"] if isinstance(st, dict)]
+        if "data_parallel" in stages:
+            return bad + rank_sample_order_problems(stages["data_parallel"])
         if not ("audit_sample_preregistration" in names and "model_load" in names
                 and names.index("audit_sample_preregistration") < names.index("model_load")):
             bad.append(f"stages.json: the audit sample was not written before the model was loaded (stages {names})")
     return bad
+
+
+def rank_sample_order_problems(dp):
+    """A data-parallel run (or a merge of shards): every rank or shard fixed the audit sample before it loaded the
+    model (a rank with no item loads none), and some rank loaded it."""
+    ranks = dp.get("ranks") if isinstance(dp, dict) else None
+    if not isinstance(ranks, list) or not ranks:
+        return ["stages.json data_parallel.ranks: missing or empty"]
+    bad, loaded = [], False
+    for n, r in enumerate(ranks):
+        names = [st.get("name") for st in (r.get("stages") if isinstance(r, dict) else None) or []
+                 if isinstance(st, dict)]
+        loaded = loaded or "model_load" in names
+        if "audit_sample_preregistration" not in names or ("model_load" in names and names.index(
+                "audit_sample_preregistration") > names.index("model_load")):
+            bad.append(f"stages.json data_parallel.ranks[{n}]: the audit sample was not written before the model "
+                       f"was loaded (stages {names})")
+    return bad if loaded else bad + ["stages.json data_parallel.ranks: no rank loaded the model"]
 
 
 # ---- the scores ----------------------------------------------------------------------------------------------------

@@ -179,7 +179,7 @@ def audit_harness_arithmetic(C, name, ev):
     in_range = lambda r, w: [f"{w} score: recorded {r['score']} outside [0, 1]"] \
         if is_num(r.get("score")) and not 0.0 <= r["score"] <= 1.0 else []       # noqa: E731
     shape_ok = record_shape_check(C, name, records, SHAPE, where, check="record schema", extra=in_range)
-    stages_check(C, name, ev, None, len(records), check=NO_TIMING_RULE)
+    stages_check(C, name, ev, None, len(records), check=NO_TIMING_RULE, calls=("harness",))
     if not shape_ok or summary is None:
         C.skip(name, A, "(rest of the level)", "records.jsonl malformed (see 'record schema') or summary.json "
                                                "missing (see 'required files')")
