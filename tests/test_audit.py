@@ -316,6 +316,8 @@ def test_n_rows_that_keeps_the_selection_is_caught_by_the_data_check(evidence):
 @pytest.mark.slow
 def test_tie_rule_and_majority_tie_recomputed(evidence):
     """Equal scores predict the first candidate; equal label counts make the lower label the constant class."""
+    from experiments.protocol import uncertainty as protocol_uncertainty
+
     recs = [json.loads(line) for line in (evidence / "protocol/records.jsonl").read_text().splitlines()]
     r0 = recs[0]
     tie = r0["independent"]["scores"][1]
@@ -336,6 +338,7 @@ def test_tie_rule_and_majority_tie_recomputed(evidence):
             s[side].update(correct=n_right, accuracy=n_right / 2,
                            pred_counts={"0": preds.count(0), "1": preds.count(1)})
         s["official"]["lm_eval_reported_acc"] = n_right / 2
+        s["uncertainty"] = protocol_uncertainty(recs, 0)    # the intervals of the forged counts (experiments.stats)
     edit_json(evidence / "protocol/summary.json", fix_summary)
     edit_json(evidence / "protocol/config.json", lambda c: c["official"].update(reported_acc=n_right / 2))
     forge(evidence)
