@@ -59,11 +59,12 @@ def test_bench_runs_every_method_on_a_data_file_and_writes_bench_json(tiny_cache
     assert b["flops"] == 2 * fm["n_nonemb_matmul_params"] * b["work"]["T_tokens"] + 2 * fm["d_model"] * fm["vocab"] * 4
     for m, r in rows.items():
         assert r["peak_rss_mib"] > 0 and r["failure"] is None
-        assert r["x_lm_eval_b1"] == pytest.approx(r["wall_s"] / rows["lm_eval_b1"]["wall_s"], rel=0.01)
+        # wall_s is stored rounded (0.01 s) and the tiny model's times are fractions of a second: allow the rounding
+        assert r["x_lm_eval_b1"] == pytest.approx(r["wall_s"] / rows["lm_eval_b1"]["wall_s"], rel=0.05, abs=0.01)
         if m != "options":
             assert r["vs_parity_n_argmax_changes"] == 0
     assert rows["dual"]["official_vs_independent"]["n_scores_equal"] == 8 == rows["dual"]["vs_parity_n_scores_equal"]
     assert rows["dual"]["official_batch_size"] == b["official_batch_size"]
-    assert rows["dual"]["x_flop_floor"] == pytest.approx(rows["dual"]["wall_s"] / (2 * b["flop_floor_s"]), rel=0.01)
+    assert rows["dual"]["x_flop_floor"] == pytest.approx(rows["dual"]["wall_s"] / (2 * b["flop_floor_s"]), rel=0.05)
     assert b["work_done"]["parity"]["forward_passes"] == 4                 # one per distinct input
     assert "FLOP floor = 2 * N_nonemb * T + 2 * d_model * V * R" in proc.stdout and "targets:" in proc.stdout
