@@ -1,6 +1,7 @@
 """Shared test fixtures. The real model is prepared once per session (prepare.py into a temp cache) and the
 real runs that several tests read are made once per session too."""
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,14 @@ def tiny_cache(prepared_cache, tmp_path_factory):
                              "tiny-random-llama": {"kind": "model", "source": {"kind": "test"}, "files": files}}
     resources.save_manifest(cache, manifest)
     return cache
+
+
+def repo_and_cache_copy(cache, tmp_path):
+    """(copy of the repository, private copy of `cache` without its result cache): a test that runs run.py on it
+    fixes the code hash for itself and owns the results file."""
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", "cache", "__pycache__", ".pytest_cache",
+                                                              "smoke", "out", ".venv"))
+    copy = tmp_path / "cache"
+    shutil.copytree(cache, copy, ignore=shutil.ignore_patterns("results.sqlite*"))
+    return repo, copy

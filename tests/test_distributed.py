@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+import conftest
+
 from conftest import REPO, run_cli
 from experiments import parallel, shards
 from resources import ResourceError
@@ -383,12 +385,7 @@ def test_merge_refuses_foreign_missing_and_overlapping_shards(two_shards, prepar
 @pytest.fixture
 def tiny_repo(tiny_cache, tmp_path):
     """(repo copy, private copy of the tiny-model cache): the code hash is the test's, the result cache its own."""
-    repo = tmp_path / "repo"
-    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", "cache", "__pycache__", ".pytest_cache",
-                                                              "smoke", "out", ".venv"))
-    cache = tmp_path / "cache"
-    shutil.copytree(tiny_cache, cache, ignore=shutil.ignore_patterns("results.sqlite*"))
-    return repo, cache
+    return conftest.repo_and_cache_copy(tiny_cache, tmp_path)
 
 
 def smoke_input_tokens(cache):

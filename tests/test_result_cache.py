@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+import conftest
+
 import config
 from conftest import REPO, run_cli
 from experiments import result_cache
@@ -258,12 +260,7 @@ for i in range(100):
 @pytest.fixture
 def snapshot(tiny_cache, tmp_path):
     """(repo copy, private cache copy): the code hash is fixed for the test, the results file is its own."""
-    repo = tmp_path / "repo"
-    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".git", "cache", "__pycache__", ".pytest_cache",
-                                                              "smoke", "out", ".venv"))
-    cache = tmp_path / "cache"
-    shutil.copytree(tiny_cache, cache, ignore=shutil.ignore_patterns("results.sqlite*"))
-    return repo, cache
+    return conftest.repo_and_cache_copy(tiny_cache, tmp_path)
 
 
 def run_protocol(repo, cache, out, *extra, env=None):
