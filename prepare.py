@@ -533,6 +533,11 @@ def read_rows(path, reader):
         raise ResourceError(f"{path}: could not read it ({type(e).__name__}: {e})")
 
 
+# prepare.py --lock FILE (not the repository's resources.lock.json): recorded in each data entry it prepares, so that
+# run.py checks the data against the lock that pinned it (resources.verified_data); None for the default lock
+OTHER_LOCK = None
+
+
 def store_data(cache, manifest, rid, entry, rows, source, imported_from=None):
     """Write verified rows as the cache's normalised parquet and vouch for it (the manifest repeats the lock's
     content facts, so run.py can check them without the lock)."""
@@ -549,6 +554,8 @@ def store_data(cache, manifest, rid, entry, rows, source, imported_from=None):
         m["schema"] = entry["schema"]
     if imported_from:
         m["imported_from"] = imported_from
+    if OTHER_LOCK is not None and rid in R.load_lock(OTHER_LOCK).get("data", {}):
+        m["lock"] = str(OTHER_LOCK)
     record_entry(cache, manifest, rid, m)
     say(f"  wrote {cache / rel} ({describe(rows, entry['content_sha256'], schema)})")
 
@@ -886,6 +893,8 @@ def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
     lock = read_lock(args)
+    global OTHER_LOCK
+    OTHER_LOCK = None if Path(args.lock).resolve() == Path(R.LOCK_PATH).resolve() else Path(args.lock).resolve()
     cache = args.cache
     if args.verify:
         if args.data_file or args.pin or args.source:

@@ -559,7 +559,14 @@ def verified_data(cache, data_id, manifest=None):
     entry = verify_resource_files(cache, data_id, manifest)
     if entry["kind"] != "data":
         raise ResourceError(f"{Path(cache) / MANIFEST}: {data_id} is a {entry['kind']} entry, not data")
-    lock_entry, which = data_lock_entry(cache, data_id)
+    lock = None
+    if entry.get("lock") is not None:      # prepared with prepare.py --lock FILE: checked against that lock
+        try:
+            lock = load_lock(entry["lock"])
+        except (OSError, ValueError) as e:
+            raise ResourceError(f"{Path(cache) / MANIFEST}: data {data_id!r} was prepared with the lock "
+                                f"{entry['lock']}, which cannot be read ({e}); run prepare.py again") from None
+    lock_entry, which = data_lock_entry(cache, data_id, lock)
     if lock_entry is None:
         raise ResourceError(f"{Path(cache) / MANIFEST}: data {data_id!r} is prepared, but neither "
                             f"resources.lock.json nor {user_lock_path(cache)} lists it; run prepare.py again")
