@@ -40,6 +40,9 @@ def load_task_yaml(yaml_rel):
     return load_yaml_config(str(LM_EVAL_DIR / yaml_rel))
 
 
+YAML_OF_TASK = {}     # task name -> installed YAML (relative to lm_eval/), as task_config loaded it: task_manager
+
+
 def task_config(yaml_rel, parquet_path, evaluate_validation=False):
     """The installed task YAML as lm-eval loads it, with only custom_dataset added.
 
@@ -47,6 +50,7 @@ def task_config(yaml_rel, parquet_path, evaluate_validation=False):
     test_split is set: lm_eval/api/task.py:688-696), set test_split to None so that the served validation split is
     the one evaluated. That is a change of which split is read (data transport), recorded by the caller."""
     cfg = load_task_yaml(yaml_rel)
+    YAML_OF_TASK[cfg["task"]] = yaml_rel
     parquet_path = str(parquet_path)
 
     def serve_verified_parquet(**_metadata):
@@ -105,6 +109,19 @@ def lm_facts(lm, model_dir, config):
     return {**model_facts(lm.model), "hflm": hflm_args(model_dir, config), "special_tokens": special}
 
 
+def task_manager(task_name):
+    """lm-eval's TaskManager indexing only the installed directory of `task_name`'s YAML (the task this repository
+    evaluates), with the metadata simple_evaluate would give its own ({} for a model object).
+
+    Without one, simple_evaluate builds a TaskManager that indexes every YAML under lm_eval/tasks/ on every call
+    (6.7 s here, several times per run). What the index is used for is the same either way: get_task_dict merges
+    the registered config of `task_name` (this same installed YAML) under the config passed, and logs its path."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=str(LM_EVAL_DIR / Path(YAML_OF_TASK[task_name]).parent),
+                       include_defaults=False, metadata={})
+
+
 def evaluate(lm, cfg, task_name, indices, seed, limit=None):
     """simple_evaluate on exactly `indices` (passed through as given: the caller decides their order).
 
@@ -114,7 +131,7 @@ def evaluate(lm, cfg, task_name, indices, seed, limit=None):
 
     return evaluator.simple_evaluate(
         model=lm, tasks=[cfg], samples=None if indices is None else {task_name: list(indices)}, limit=limit,
-        log_samples=True, bootstrap_iters=0,
+        log_samples=True, bootstrap_iters=0, task_manager=task_manager(task_name),
         cache_requests=False, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
         fewshot_random_seed=seed)
 

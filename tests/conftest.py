@@ -97,6 +97,50 @@ def tiny_cache(prepared_cache, tmp_path_factory):
     return cache
 
 
+SMALL_DATA = "reviews-24"    # the first 24 rows of fixtures/reviews_872_dev.tsv (12 per label), imported by name
+SMALL_N = 24
+
+
+def with_small_data(cache, dest):
+    """A copy of `cache` at `dest` (files hard-linked where the file system allows: nothing here writes a file in
+    place, every write is a rename) with the first SMALL_N rows of the 872-row review fixture imported as data
+    SMALL_DATA (`prepare.py --data-file --name`, as a user imports a file). `--data reviews-24 --split all` then
+    scores every row of a whole (small) split, which the suite can afford on the real model."""
+    def link_or_copy(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(cache, dest, copy_function=link_or_copy, ignore=shutil.ignore_patterns("results.sqlite*"))
+    lines = (REPO / "fixtures" / "reviews_872_dev.tsv").read_text().splitlines(keepends=True)
+    small = dest.parent / f"{SMALL_DATA}.tsv"
+    small.write_text("".join(lines[:1 + SMALL_N]))
+    proc = run_cli("prepare.py", "--cache", dest, "--data-file", small, "--name", SMALL_DATA)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return dest
+
+
+@pytest.fixture(scope="session")
+def small_data_cache(prepared_cache, tmp_path_factory):
+    """prepared_cache (the real model) plus the data SMALL_DATA."""
+    return with_small_data(prepared_cache, tmp_path_factory.mktemp("small_data") / "cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_small_data_cache(tiny_cache, tmp_path_factory):
+    """tiny_cache (the tiny random model) plus the data SMALL_DATA."""
+    return with_small_data(tiny_cache, tmp_path_factory.mktemp("tiny_small_data") / "cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_split_all_run(tiny_small_data_cache, tmp_path_factory):
+    """options (5 conditions) and extraction on the tiny random model, `--data reviews-24 --split all`, once per
+    session: plumbing only (the tiny model's scores mean nothing)."""
+    return run_once(tmp_path_factory, "tiny_split_all", tiny_small_data_cache, "--model", "tiny-random-llama",
+                    "--data", SMALL_DATA, "--split", "all", "--experiment", "options", "--experiment", "extraction")
+
+
 def repo_and_cache_copy(cache, tmp_path):
     """(copy of the repository, private copy of `cache` without its result cache): a test that runs run.py on it
     fixes the code hash for itself and owns the results file."""

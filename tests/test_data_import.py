@@ -289,6 +289,7 @@ def test_synthetic_split_has_the_real_shape_and_is_deterministic(tmp_path, split
 
 # ---- run.py: --data routed by schema -----------------------------------------------------------------------------
 
+@pytest.mark.slow  # a run.py subprocess: imports torch, transformers and lm-eval before refusing
 def test_run_refuses_data_of_the_other_schema_on_one_line(tmp_path):
     cache = tmp_path / "c"
     assert prepare("--cache", cache, "--data-file", FIXTURE, "--name", "my-mct").returncode == 0

@@ -1,11 +1,11 @@
 """Data parallelism (experiments/parallel.py, experiments/shards.py, run.py --shard/--merge, torchrun on gloo).
 
 Fast tests: the assignment rule, launcher detection, shard-file refusals, the replay checks, the result cache with
-several writers, a merge's choice of the shards' pre-registered audit sample. Slow tests (real processes, 2 ranks of one torch thread each on gloo): a torchrun run and a
---shard 1/2 + --shard 2/2 + --merge of protocol, options and MC-TACO against the one-process smoke run of the
-session (records, summaries, identities identical but for the run id; the audit passes at every level), the same
-for extraction (torchrun and shards + merge; the pre-registered sample's write time aside) and harness (torchrun;
-latencies aside), merge refusals, a rank that fails on a real bad input, and a killed distributed run resumed from the result cache.
+several writers, a merge's choice of the shards' pre-registered audit sample. Slow tests (real processes, 2 ranks of one torch thread each on gloo): one torchrun run
+and one --shard 1/2 + --shard 2/2 + --merge of every experiment's smoke against the one-process smoke run of the
+session (records, summaries, identities identical but for the run id; extraction's pre-registered sample but for
+its write time; harness latencies aside; the audit passes at every level), merge refusals, a rank that fails on a
+real bad input, and a killed distributed run resumed from the result cache.
 """
 import json
 import os
@@ -25,8 +25,7 @@ from conftest import REPO, run_cli
 from experiments import parallel, shards
 from resources import ResourceError
 
-EXPERIMENTS = ("protocol", "options", "mctaco")
-SELECT = [a for e in EXPERIMENTS for a in ("--experiment", e)]
+EXPERIMENTS = ("protocol", "options", "mctaco")     # compared field for field; extraction and harness below
 
 
 # ---- fast: the rule, the launcher, shard files, replay, the cache --------------------------------------------
@@ -228,54 +227,9 @@ def questions_on_one_rank(out):
 
 @pytest.fixture(scope="session")
 def one_process(smoke_run):
-    """The reference: the session's one-process `run.py --smoke` (conftest), which includes protocol, options and
-    MC-TACO (reused, so the suite pays for no extra one-process run)."""
+    """The reference: the session's one-process `run.py --smoke` (conftest), which runs every experiment (reused,
+    so the suite pays for no extra one-process run)."""
     return smoke_run[0]
-
-
-@pytest.mark.slow
-def test_torchrun_two_ranks_gives_the_one_process_evidence(one_process, prepared_cache, tmp_path):
-    out = tmp_path / "dist"
-    proc = torchrun("--cache", prepared_cache, "--out", out, "--smoke", *SELECT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    for name in EXPERIMENTS:
-        assert evidence(out, name) == evidence(one_process, name), name
-        dp = json.loads((out / name / "stages.json").read_text())["data_parallel"]
-        assert (dp["world_size"], dp["backend"], dp["launcher"], [r["rank"] for r in dp["ranks"]]) == \
-            (2, "gloo", "torchrun", [0, 1])
-        assert all(r["peak_rss_bytes"] > 0 and r["wall_s"] > 0 for r in dp["ranks"])
-    env = json.loads((out / "environment.json").read_text())["data_parallel"]
-    assert env["world_size"] == 2 and len({r["pid"] for r in env["ranks"]}) == 2
-    questions_on_one_rank(out)
-    audit_passes(out, prepared_cache)
-
-
-@pytest.fixture(scope="session")
-def two_shards(prepared_cache, tmp_path_factory):
-    """--shard 1/2 and --shard 2/2 of the reference command, run side by side as a Slurm array would."""
-    outs = [tmp_path_factory.mktemp(f"shard{k}") / "o" for k in (1, 2)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
-    procs = [subprocess.Popen([sys.executable, "run.py", "--cache", str(prepared_cache), "--out", str(o), "--smoke",
-                               *SELECT, "--shard", f"{k}/2"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for k, o in zip((1, 2), outs)]
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=1200)
-        assert p.returncode == 0, stdout[-2000:] + stderr[-3000:]
-    return outs
-
-
-@pytest.mark.slow
-def test_shards_merged_give_the_one_process_evidence(one_process, two_shards, prepared_cache, tmp_path):
-    assert sorted(p.name for p in two_shards[0].iterdir()) == ["SHARD.json", "run.log"]   # a shard is not evidence
-    out = tmp_path / "merged"
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--merge", *two_shards)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    for name in EXPERIMENTS:
-        assert evidence(out, name) == evidence(one_process, name), name
-    env = json.loads((out / "environment.json").read_text())["data_parallel"]
-    assert (env["mode"], env["world_size"], [r["shard"] for r in env["ranks"]]) == ("replay", 2, [1, 2])
-    questions_on_one_rank(out)
-    audit_passes(out, prepared_cache)
 
 
 def extraction_evidence(out):
@@ -288,36 +242,6 @@ def extraction_evidence(out):
     assert summary["audit_sample"].pop("preregistration_sha256") == hashlib.sha256(text.encode()).hexdigest()
     sample = {k: v for k, v in json.loads(text).items() if k != "created_at_utc"}
     return records, summary, identity, sample
-
-
-@pytest.mark.slow
-def test_extraction_two_ranks_and_two_shards_give_the_one_process_evidence(one_process, prepared_cache, tmp_path):
-    """extraction's greedy generations (transformers and lm-eval's generate_until) data-parallel by idx: under
-    torchrun with 2 ranks, and as --shard 1/2 + --shard 2/2 + --merge, the records, summary, identity and
-    pre-registered sample are the session's one-process smoke run's; the audit passes at every level."""
-    reference = extraction_evidence(one_process)
-    dist = tmp_path / "dist"
-    proc = torchrun("--cache", prepared_cache, "--out", dist, "--smoke", "--experiment", "extraction")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert extraction_evidence(dist) == reference
-    ranks = json.loads((dist / "extraction" / "stages.json").read_text())["data_parallel"]["ranks"]
-    assert [len(r["items_scored"]["independent"]) for r in ranks] == [1, 1]        # 2 smoke items, one per rank
-    audit_passes(dist, prepared_cache)
-    outs = [tmp_path / f"shard{k}" for k in (1, 2)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
-    procs = [subprocess.Popen([sys.executable, "run.py", "--cache", str(prepared_cache), "--out", str(o), "--smoke",
-                               "--experiment", "extraction", "--shard", f"{k}/2"], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k, o in zip((1, 2), outs)]
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=1200)
-        assert p.returncode == 0, stdout[-2000:] + stderr[-3000:]
-    merged = tmp_path / "merged"
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", merged, "--merge", *outs)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    assert extraction_evidence(merged) == reference
-    written = sorted((o / "extraction.preregistration.json").read_text() for o in outs)
-    assert (merged / "extraction.preregistration.json").read_text() in written     # a shard's, never remade
-    audit_passes(merged, prepared_cache)
 
 
 def without_latency(x):
@@ -333,16 +257,73 @@ def harness_evidence(out):
             (out / "private" / "harness" / "generations.jsonl").read_text())
 
 
-@pytest.mark.slow
-def test_harness_two_ranks_give_the_one_process_evidence(one_process, prepared_cache, tmp_path):
-    """The harness examples data-parallel by adapter batch (a model and a sandbox per rank): records, leaderboard
-    summary, identity and the generation traces are the one-process smoke run's, latencies aside."""
-    out = tmp_path / "dist"
-    proc = torchrun("--cache", prepared_cache, "--out", out, "--smoke", "--experiment", "harness")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+def same_evidence_as_one_process(out, one_process):
+    """Every experiment's evidence equals the one-process run's: records, summary and identity (the run id aside);
+    extraction's pre-registered sample (its write time aside); harness latencies aside."""
+    for name in EXPERIMENTS:
+        assert evidence(out, name) == evidence(one_process, name), name
+    assert extraction_evidence(out) == extraction_evidence(one_process)
     assert harness_evidence(out) == harness_evidence(one_process)
+
+
+@pytest.fixture(scope="session")
+def torchrun_run(prepared_cache, tmp_path_factory):
+    """`torchrun --nproc_per_node 2 run.py --smoke` of every experiment, once per session (one launch: each rank
+    pays for its imports once)."""
+    out = tmp_path_factory.mktemp("torchrun") / "dist"
+    proc = torchrun("--cache", prepared_cache, "--out", out, "--smoke")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return out
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_gives_the_one_process_evidence(one_process, torchrun_run, prepared_cache):
+    out = torchrun_run
+    same_evidence_as_one_process(out, one_process)
+    for name in EXPERIMENTS + ("extraction", "harness"):
+        dp = json.loads((out / name / "stages.json").read_text())["data_parallel"]
+        assert (dp["world_size"], dp["backend"], dp["launcher"], [r["rank"] for r in dp["ranks"]]) == \
+            (2, "gloo", "torchrun", [0, 1]), name
+        assert all(r["peak_rss_bytes"] > 0 and r["wall_s"] > 0 for r in dp["ranks"]), name
+    env = json.loads((out / "environment.json").read_text())["data_parallel"]
+    assert env["world_size"] == 2 and len({r["pid"] for r in env["ranks"]}) == 2
+    questions_on_one_rank(out)
+    ranks = json.loads((out / "extraction" / "stages.json").read_text())["data_parallel"]["ranks"]
+    assert [len(r["items_scored"]["independent"]) for r in ranks] == [1, 1]        # 2 smoke items, one per rank
     ranks = json.loads((out / "harness" / "stages.json").read_text())["data_parallel"]["ranks"]
     assert all(r["items_scored"]["harness"] for r in ranks)                # both ranks answered examples
+    audit_passes(out, prepared_cache)
+
+
+@pytest.fixture(scope="session")
+def two_shards(prepared_cache, tmp_path_factory):
+    """--shard 1/2 and --shard 2/2 of the reference command (every experiment), run side by side as a Slurm array
+    would."""
+    outs = [tmp_path_factory.mktemp(f"shard{k}") / "o" for k in (1, 2)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    procs = [subprocess.Popen([sys.executable, "run.py", "--cache", str(prepared_cache), "--out", str(o), "--smoke",
+                               "--shard", f"{k}/2"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k, o in zip((1, 2), outs)]
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=1200)
+        assert p.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    return outs
+
+
+@pytest.mark.slow
+def test_shards_merged_give_the_one_process_evidence(one_process, two_shards, prepared_cache, tmp_path):
+    # a shard is not evidence: its results, its log, and (extraction) the sample it pre-registered before generating
+    assert sorted(p.name for p in two_shards[0].iterdir()) == ["SHARD.json", "extraction.preregistration.json",
+                                                                "run.log"]
+    out = tmp_path / "merged"
+    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--merge", *two_shards)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    same_evidence_as_one_process(out, one_process)
+    env = json.loads((out / "environment.json").read_text())["data_parallel"]
+    assert (env["mode"], env["world_size"], [r["shard"] for r in env["ranks"]]) == ("replay", 2, [1, 2])
+    questions_on_one_rank(out)
+    written = sorted((o / "extraction.preregistration.json").read_text() for o in two_shards)
+    assert (out / "extraction.preregistration.json").read_text() in written     # a shard's, never remade
     audit_passes(out, prepared_cache)
 
 

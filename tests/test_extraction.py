@@ -1,6 +1,6 @@
 """The extraction experiment: the three scorers on hand-written outputs, official (lm-eval) vs independent regex
-agreement, the pre-registered audit sample, the real model (smoke + the 64 development items, each generated once
-per session), audit.py's recomputation and its --review import."""
+agreement, the pre-registered audit sample, the real model (the session's smoke run, and every row of conftest's
+24-row SMALL_DATA split, generated once per session), audit.py's recomputation and its --review import."""
 import inspect
 import json
 import random
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import config
-from conftest import run_cli, run_once
+from conftest import SMALL_DATA, SMALL_N, run_cli, run_once
 from evidence_audit.checks import first_failure
 from evidence_audit.driver import audit
 from evidence_audit.rules import extraction as audit_ext
@@ -205,16 +205,20 @@ def test_input_over_the_limit_is_an_error(model_dir):
         build_items(rows, [0], CONFIG, tok)
 
 
-# ---- the real model: smoke and the 64 development items, generated once per session ------------------------------
+# ---- the real model: the session's smoke run, and every row of a small split generated once per session ---------
 
 @pytest.fixture(scope="session")
-def extraction_smoke(prepared_cache, tmp_path_factory):
-    return run_once(tmp_path_factory, "extraction_smoke", prepared_cache, "--experiment", "extraction", "--smoke")
+def extraction_smoke(smoke_run):
+    """conftest's `run.py --smoke` (every experiment, extraction among them): no extra run."""
+    return smoke_run
 
 
 @pytest.fixture(scope="session")
-def extraction_dev(prepared_cache, tmp_path_factory):
-    return run_once(tmp_path_factory, "extraction_dev", prepared_cache, "--experiment", "extraction")
+def extraction_all(small_data_cache, tmp_path_factory):
+    """Every row of SMALL_DATA (24 rows, 12 per label) on the real model: the pre-registered sample is 8 per class
+    of them, as of the 64 development items (which cost 2.7 times as much to generate)."""
+    return run_once(tmp_path_factory, "extraction_all", small_data_cache, "--experiment", "extraction",
+                    "--data", SMALL_DATA, "--split", "all")
 
 
 def load(out):
@@ -227,8 +231,9 @@ def load(out):
 
 def check_run(out, n):
     cfg, recs, summ, gens, stages = load(out)
-    ranked = selection.ranked_indices(CONFIG["selection_salt"], cfg["n_rows"])
-    assert [r["idx"] for r in recs] == ranked[:n] == [g["idx"] for g in gens]
+    order = list(range(n)) if cfg["split"] == "all" else selection.ranked_indices(CONFIG["selection_salt"],
+                                                                                  cfg["n_rows"])[:n]
+    assert [r["idx"] for r in recs] == order == [g["idx"] for g in gens]
     assert summ["n_items"] == n and summ["regex_agreement"] == {"n_items": n, "n_mismatches": 0}
     for r, g in zip(recs, gens):
         assert r["regex"]["official"] == r["regex"]["independent"]
@@ -259,20 +264,20 @@ def test_smoke(extraction_smoke):
 
 
 @pytest.mark.slow
-def test_dev_64_items(extraction_dev):
-    out, proc = extraction_dev
-    cfg, recs, summ, gens = check_run(out, 64)
+def test_every_row_of_a_small_split(extraction_all):
+    out, proc = extraction_all
+    cfg, recs, summ, gens = check_run(out, SMALL_N)
     sc = summ["scorers"]
     # one set of generations, three scorers: exact <= strict <= regex item by item (a strictly correct answer's
     # only sentiment word is its value)
     for r in recs:
         assert r["exact"]["correct"] <= r["strict"]["correct"] <= r["regex"]["correct"]
     assert sc["exact"]["correct"] <= sc["strict"]["correct"] <= sc["regex"]["correct"]
-    assert sum(p["n"] for p in summ["patterns"].values()) == 64
-    assert summ["finish_reasons"]["eos"] + summ["finish_reasons"]["length"] == 64
+    assert sum(p["n"] for p in summ["patterns"].values()) == SMALL_N
+    assert summ["finish_reasons"]["eos"] + summ["finish_reasons"]["length"] == SMALL_N
     g = summ["lm_eval_generate_until"]
-    assert g["ran"] and g["n_compared"] == 64
-    assert g["n_input_ids_identical"] == 64
+    assert g["ran"] and g["n_compared"] == SMALL_N
+    assert g["n_input_ids_identical"] == SMALL_N
     prereg = cfg["audit_sample"]["preregistration"]
     counts = summ["label_counts"]
     assert len(prereg["items"]) == 16 and summ["audit_sample"]["per_class"] == {"0": 8, "1": 8}
@@ -281,15 +286,15 @@ def test_dev_64_items(extraction_dev):
     # the same sample as the rule computes from idx and labels alone
     assert [s["idx"] for s in prereg["items"]] == [s["idx"] for s in choose_audit_sample(
         [(r["idx"], r["label"]) for r in recs], CONFIG["extraction_audit_salt"], 8)]
-    print(f"\nextraction dev: exact {sc['exact']['correct']}/64, strict {sc['strict']['correct']}/64, regex "
-          f"{sc['regex']['correct']}/64; strict reasons {sc['strict']['reasons']}; failures "
-          f"{summ['match_failures']['all']}; lm-eval generate_until identical {g['n_identical']}/64")
+    print(f"\nextraction {SMALL_DATA}: exact {sc['exact']['correct']}/{SMALL_N}, strict {sc['strict']['correct']}/"
+          f"{SMALL_N}, regex {sc['regex']['correct']}/{SMALL_N}; strict reasons {sc['strict']['reasons']}; failures "
+          f"{summ['match_failures']['all']}; lm-eval generate_until identical {g['n_identical']}/{SMALL_N}")
 
 
 @pytest.mark.slow
-def test_audit_recomputes_dev_run(extraction_dev, prepared_cache):
-    out, _ = extraction_dev
-    proc = run_cli("audit.py", out, "--tokens", "--forward", "--cache", prepared_cache, "--experiment",
+def test_audit_recomputes_every_row_run(extraction_all, small_data_cache):
+    out, _ = extraction_all
+    proc = run_cli("audit.py", out, "--tokens", "--forward", "--cache", small_data_cache, "--experiment",
                    "extraction", "--report", out.parent / f"{out.name}-audit.json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FAIL" not in proc.stdout.replace("RESULT: PASS", "")
@@ -302,10 +307,10 @@ def test_audit_recomputes_dev_run(extraction_dev, prepared_cache):
 
 
 @pytest.mark.slow
-def test_audit_public_records_only(extraction_dev, tmp_path):
+def test_audit_public_records_only(extraction_all, tmp_path):
     """Without the private generations the counts and paired tables still recompute; the text-level check is
     reported as SKIPPED, never as passed."""
-    out, _ = extraction_dev
+    out, _ = extraction_all
     pub = tmp_path / "public"
     shutil.copytree(out, pub, ignore=shutil.ignore_patterns("private", "audit*.json"))
     report = audit(pub, ("arithmetic",), None, ["extraction"], public_only=True)  # published without O/private/
@@ -390,8 +395,8 @@ def _paired(d):
     ("paired table", _paired, "summary.json"),
 ])
 @pytest.mark.slow
-def test_audit_catches_tampering(extraction_dev, tmp_path, kind, fn, check):
-    out, _ = extraction_dev
+def test_audit_catches_tampering(extraction_all, tmp_path, kind, fn, check):
+    out, _ = extraction_all
     report = tamper(out, tmp_path, fn)
     failed = [c["check"] for c in report["checks"] if c["status"] == "FAIL"]
     assert report["exit_code"] == 1 and any(c.startswith(check) for c in failed), (kind, failed)
@@ -415,8 +420,8 @@ def sheet_for(out, fill):
 
 
 @pytest.mark.slow
-def test_review_cli_refuses_blank_sheet_and_computes_complete_one(extraction_dev, tmp_path):
-    out, _ = extraction_dev
+def test_review_cli_refuses_blank_sheet_and_computes_complete_one(extraction_all, tmp_path):
+    out, _ = extraction_all
     blank = tmp_path / "blank.json"
     blank.write_text(json.dumps(sheet_for(out, lambda p, r: None)))
     proc = run_cli("audit.py", out, "--experiment", "extraction", "--review", blank,
@@ -451,21 +456,19 @@ def test_review_cli_refuses_blank_sheet_and_computes_complete_one(extraction_dev
     est = hr["weighted_estimate"]
     assert est["weights"] == {"0": f"{n0}/8", "1": f"{n1}/8"}
     assert est["disagreements"] == pytest.approx(n0 / 8 + n1 / 8)    # positions 1, 2 = one item of each class
-    assert hr["weighted_disagreement_rate"] == pytest.approx((n0 / 8 + n1 / 8) / 64)
+    assert hr["weighted_disagreement_rate"] == pytest.approx((n0 / 8 + n1 / 8) / SMALL_N)
     assert "regex extractor vs human: disagreement 2/16" in proc.stdout
 
 
 @pytest.mark.slow
-def test_tiny_model_generates_differently_but_the_sample_is_the_same(tiny_cache, extraction_dev, tmp_path):
-    """Different generations (a random tiny model), the identical pre-registered sample."""
-    out_real, _ = extraction_dev
-    proc = run_cli("run.py", "--cache", tiny_cache, "--out", tmp_path, "--model", "tiny-random-llama",
-                   "--experiment", "extraction")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    real, tiny = load(out_real), load(tmp_path)
+def test_tiny_model_generates_differently_but_the_sample_is_the_same(extraction_all, tiny_split_all_run):
+    """Different generations (a random tiny model; conftest's tiny --split all run), the identical pre-registered
+    sample."""
+    (out_real, _), (out_tiny, _) = extraction_all, tiny_split_all_run
+    real, tiny = load(out_real), load(out_tiny)
     assert [r["generation_sha256"] for r in real[1]] != [r["generation_sha256"] for r in tiny[1]]
     p_real = json.loads((out_real / "extraction.preregistration.json").read_text())
-    p_tiny = json.loads((tmp_path / "extraction.preregistration.json").read_text())
+    p_tiny = json.loads((out_tiny / "extraction.preregistration.json").read_text())
     assert p_real["items"] == p_tiny["items"]
     assert {k: v for k, v in p_real.items() if k != "created_at_utc"} == \
         {k: v for k, v in p_tiny.items() if k != "created_at_utc"}

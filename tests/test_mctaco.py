@@ -162,6 +162,7 @@ def test_hub_path_pins_then_verifies_an_mctaco_parquet(tmp_path):
 
 # ---- --limit: refused, unless partial groups are accepted ---------------------------------------------------------
 
+@pytest.mark.slow  # run.py subprocesses: import torch, transformers and lm-eval before refusing
 @pytest.mark.parametrize("extra, phrase", [
     (["--experiment", "mctaco"], "add --allow-partial-groups"),
     ([], "not implemented for experiment(s) protocol"),
@@ -315,14 +316,13 @@ def test_audit_catches_tampered_mctaco_evidence(mctaco_run, tmp_path, what):
 
 
 @pytest.mark.slow
-def test_smoke_run_of_the_experiment(prepared_cache, tmp_path):
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", tmp_path, "--smoke", "--experiment", "mctaco")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary, config, records = load_out(tmp_path)
+def test_smoke_run_of_the_experiment(smoke_run, prepared_cache, tmp_path):
+    """The session's smoke run (conftest; every experiment)."""
+    summary, config, records = load_out(smoke_run[0])
     qs = resources.mctaco_questions(resources.read_mctaco_tsv(FIXTURE))
     assert [r["idx"] for r in records] == qs[0]["idx"] + qs[1]["idx"]     # two whole questions
     assert summary["incomplete_set"] is False and summary["n_complete_questions"] == 2
     assert summary["agreement"]["max_abs_diff"] == 0.0
     assert config["official"]["documents_passed_as_samples"] == qs[0]["idx"] + qs[1]["idx"]
-    report = audit(tmp_path, ("arithmetic", "identity"), cache=prepared_cache)
+    report = audit(smoke_run[0], ("arithmetic", "identity"), cache=prepared_cache, only=["mctaco"])
     assert report["exit_code"] == 0, first_failure(report)

@@ -1,11 +1,14 @@
 """The options experiment (seed study 003): permutation map, scoring spaces, length normalisations, paired flips,
-and the real model through both paths on the 64 development items."""
+and the real model through both paths on every row of conftest's 24-row SMALL_DATA split and on the session's smoke
+run."""
 import json
 
 import pytest
 
 import config
-from conftest import run_cli, run_once
+import shutil
+
+from conftest import SMALL_DATA, SMALL_N, run_cli, run_once
 from experiments import options, scoring, selection
 from experiments.evidence import IdentityMismatch
 
@@ -26,9 +29,10 @@ def tokenizer(model_dir):
 
 
 @pytest.fixture(scope="session")
-def options_dev_run(prepared_cache, tmp_path_factory):
-    """The 64 development items of the fixture through the options experiment on the real model, once per session."""
-    return run_once(tmp_path_factory, "options_dev", prepared_cache, "--experiment", "options", timeout=3600)
+def options_all_run(small_data_cache, tmp_path_factory):
+    """Every row of SMALL_DATA through the options experiment on the real model, once per session."""
+    return run_once(tmp_path_factory, "options_all", small_data_cache, "--experiment", "options", "--data",
+                    SMALL_DATA, "--split", "all")
 
 
 def read(out, name):
@@ -215,7 +219,7 @@ def check_evidence(out, n_items):
     by = {}
     for r in records:
         by.setdefault(r["idx"], {})[r["condition"]] = r
-    assert list(by) == ranked[:n_items]
+    assert list(by) == (list(range(n_items)) if summary["split"] == "all" else ranked[:n_items])
     texts = {t["idx"]: t for t in map(json.loads, (out / "private" / "options" / "texts.jsonl").read_text()
                                       .splitlines())}
     expected_ids = {"text": {" negative": [3524], " positive": [2731]}, "letter": {" A": [330], " B": [389]}}
@@ -252,14 +256,14 @@ def check_evidence(out, n_items):
 
 
 @pytest.mark.slow
-def test_smoke_run_options(prepared_cache, tmp_path):
-    proc = run_cli("run.py", "--cache", prepared_cache, "--out", tmp_path, "--smoke", "--experiment", "options")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_smoke_run_options(smoke_run, prepared_cache, tmp_path):
+    """The session's smoke run (conftest; every experiment), copied: this test edits a record."""
+    src, proc = smoke_run
+    shutil.copytree(src, tmp_path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("audit*.json"))
     summary, _ = check_evidence(tmp_path, 2)
     assert summary["split"] == "smoke"
     assert "[options] flips of 2:" in proc.stdout
-    assert not (tmp_path / "protocol").exists()
-    ok = run_cli("audit.py", tmp_path, "--forward", "--strict", "--cache", prepared_cache)
+    ok = run_cli("audit.py", tmp_path, "--forward", "--strict", "--cache", prepared_cache, "--experiment", "options")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     forward = next(l for l in ok.stdout.splitlines() if l.startswith("options ") and "candidate scores" in l)
     assert " PASS" in forward and "max |recomputed - " in forward, forward
@@ -273,18 +277,16 @@ def test_smoke_run_options(prepared_cache, tmp_path):
 
 
 @pytest.mark.slow
-def test_dev_64_items_five_conditions_bit_exact(options_dev_run):
-    out, proc = options_dev_run
-    summary, records = check_evidence(out, 64)
-    assert summary["split"] == "dev" and summary["confirmation_items_scored"] is False
-    ranked = selection.ranked_indices(CONFIG["selection_salt"], 200)
-    assert not {r["idx"] for r in records} & set(ranked[64:192])
+def test_every_row_of_a_small_split_five_conditions_bit_exact(options_all_run):
+    out, proc = options_all_run
+    summary, records = check_evidence(out, SMALL_N)
+    assert summary["split"] == "all" and summary["confirmation_items_scored"] is True
     assert "max |official - independent| = 0.0" in proc.stdout
     stages = read(out, "stages.json")
     assert [s["name"] for s in stages["stages"]] == ["imports", "official_model_load", "official",
                                                       "independent_model_load", "independent", "compare", "write"]
-    assert stages["tokens"]["n_candidates"] == 640 and stages["tokens"]["official_requests"] == 640
-    assert stages["tokens"]["independent_forward_passes"] == 3 * 64   # one per distinct input sequence
+    assert stages["tokens"]["n_candidates"] == 10 * SMALL_N == stages["tokens"]["official_requests"]
+    assert stages["tokens"]["independent_forward_passes"] == 3 * SMALL_N   # one per distinct input sequence
     per = stages["tokens"]["per_condition"]
     assert per["list_text_fwd"] == per["list_letter_fwd"]       # same contexts, one-token candidates
     cfg = read(out, "config.json")
@@ -294,8 +296,8 @@ def test_dev_64_items_five_conditions_bit_exact(options_dev_run):
 
 
 @pytest.mark.slow
-def test_audit_recomputes_options(options_dev_run):
-    out, _ = options_dev_run
+def test_audit_recomputes_options(options_all_run):
+    out, _ = options_all_run
     proc = run_cli("audit.py", out, "--tokens", "--strict", timeout=1800)   # --forward: the smoke test
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [l for l in proc.stdout.splitlines() if l.startswith("options ")]

@@ -474,6 +474,7 @@ def test_a_manifest_of_the_wrong_shape_is_refused_on_one_line(tmp_path, kind):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # a run.py subprocess: imports torch, transformers and lm-eval before refusing
 def test_run_py_refuses_a_manifest_of_the_wrong_shape_with_exit_2(tmp_path):
     cache = tmp_path / "cache"
     fake_prepared_cache(cache)

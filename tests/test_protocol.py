@@ -110,6 +110,7 @@ def test_no_sort_samples_order_is_unsorted_for_any_selection_of_two_or_more():
             assert passed == indices and "nothing could be demonstrated" in order
 
 
+@pytest.mark.slow  # a run.py subprocess: imports torch, transformers and lm-eval before refusing
 def test_missing_cache_fails_clearly(tmp_path):
     proc = run_cli("run.py", "--cache", tmp_path / "nope", "--out", tmp_path / "o", "--smoke")
     assert proc.returncode == 2
@@ -302,6 +303,7 @@ def test_experiments_never_read_argparse_or_exit():
                 raise AssertionError(f"{path.name}:{node.lineno}: ctx['...'] (the context is typed: ctx.config ...)")
 
 
+@pytest.mark.slow  # two subprocesses importing transformers
 def test_library_chatter_goes_to_the_log_file_not_the_console(tmp_path):
     """lm-eval / transformers / datasets log records and Python warnings, before and after O exists, end up in
     O/run.log and not on the console; with verbose they stay on the console."""

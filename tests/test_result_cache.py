@@ -310,14 +310,21 @@ def test_killed_run_resumes_then_hits_then_recomputes_a_corrupted_row(snapshot, 
 
 
 @pytest.mark.slow
-def test_no_cache_and_fast_and_a_code_change_all_recompute(snapshot, tmp_path):
+def test_settings_no_cache_fast_and_a_code_change(snapshot, tmp_path):
+    """End to end on a repository copy (one sequence of runs, each a protocol smoke storing or reading 4 scores):
+    editing the harness section of config.py serves all 4 from the cache; --no-cache reads and writes nothing and
+    --fast adds the fast-vs-parity figures, which the audit recomputes; editing the protocol section (its tie_rule
+    text) misses all 4; so does any code change (the key carries evidence.code_sha256())."""
     repo, cache = snapshot
     proc = run_protocol(repo, cache, tmp_path / "a", "--smoke")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert cache_info(tmp_path / "a")["written"] == 4
-    # served on rerun
+    # another experiment's setting: served
+    edit_config(repo, '"harness_batch_size": 4,', '"harness_batch_size": 5,')
     proc = run_protocol(repo, cache, tmp_path / "b", "--smoke")
-    assert cache_info(tmp_path / "b")["from_cache"] == 4
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (cache_info(tmp_path / "b")["from_cache"], cache_info(tmp_path / "b")["computed"]) == (4, 0)
+    assert "independent scores from the result cache: 4/4" in proc.stdout
     # --no-cache: nothing read, nothing written; --fast: the summary carries the fast-vs-parity figures
     proc = run_protocol(repo, cache, tmp_path / "c", "--smoke", "--no-cache", "--fast")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -335,36 +342,22 @@ def test_no_cache_and_fast_and_a_code_change_all_recompute(snapshot, tmp_path):
     audit = run_cli("audit.py", tmp_path / "c")  # audit.py recomputes the fast figures from the records
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert "fast mode records" in audit.stdout
-    # any code change misses (the key carries evidence.code_sha256())
-    with open(repo / "experiments" / "scoring.py", "a") as f:
-        f.write("\n# a comment changes the code hash\n")
+    # the protocol's own setting: misses
+    edit_config(repo, '"tie_rule": "first index wins', '"tie_rule": "the first index wins')
     proc = run_protocol(repo, cache, tmp_path / "d", "--smoke")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    info = cache_info(tmp_path / "d")
-    assert (info["from_cache"], info["computed"]) == (0, 4)
-
-
-@pytest.mark.slow
-def test_a_harness_setting_keeps_cached_protocol_scores_and_a_protocol_setting_does_not(snapshot, tmp_path):
-    """End to end on a repository copy: run.py's protocol smoke stores 4 scores; editing the harness section of
-    config.py serves all 4 from the cache; editing the protocol section (its tie_rule text) misses all 4."""
-    repo, cache = snapshot
-    proc = run_protocol(repo, cache, tmp_path / "a", "--smoke")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert cache_info(tmp_path / "a")["written"] == 4
-    edit_config(repo, '"harness_batch_size": 4,', '"harness_batch_size": 5,')
-    proc = run_protocol(repo, cache, tmp_path / "b", "--smoke")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (cache_info(tmp_path / "b")["from_cache"], cache_info(tmp_path / "b")["computed"]) == (4, 0)
-    assert "independent scores from the result cache: 4/4" in proc.stdout
-    edit_config(repo, '"tie_rule": "first index wins', '"tie_rule": "the first index wins')
-    proc = run_protocol(repo, cache, tmp_path / "c", "--smoke")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (cache_info(tmp_path / "c")["from_cache"], cache_info(tmp_path / "c")["computed"]) == (0, 4)
-    identity = json.loads((tmp_path / "c" / "protocol" / "identity.json").read_text())
+    assert (cache_info(tmp_path / "d")["from_cache"], cache_info(tmp_path / "d")["computed"]) == (0, 4)
+    identity = json.loads((tmp_path / "d" / "protocol" / "identity.json").read_text())
     assert identity["scoring_config"]["tie_rule"].startswith("the first index wins")
     assert "harness_batch_size" not in identity["scoring_config"]
-    assert scores(tmp_path / "a") == scores(tmp_path / "b") == scores(tmp_path / "c")
+    assert scores(tmp_path / "a") == scores(tmp_path / "b") == scores(tmp_path / "d")
+    # any code change misses
+    with open(repo / "experiments" / "scoring.py", "a") as f:
+        f.write("\n# a comment changes the code hash\n")
+    proc = run_protocol(repo, cache, tmp_path / "e", "--smoke")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    info = cache_info(tmp_path / "e")
+    assert (info["from_cache"], info["computed"]) == (0, 4)
 
 
 def edit_config(repo, old, new):
