@@ -271,8 +271,10 @@ def test_protocol_on_a_local_directory_agrees_exactly_and_audits(kind, tiny_dirs
 
 @pytest.mark.slow
 def test_refused_directories_stop_run_py_with_one_line(tiny_dirs, data_cache, tmp_path):
+    """Through run.py, the refusal that matters most (a pickle is never loaded): one line, exit 2. Every other
+    refusal is the same ResourceError from local_identity (test_refused_directories_raise_one_line)."""
     for case, d in refused_dirs(tiny_dirs, tmp_path / "dirs").items():
-        if case not in ("pickled_only", "no_tokenizer", "not_causal"):
+        if case != "pickled_only":
             continue
         proc = run_protocol(data_cache, d, tmp_path / f"o-{case}")
         assert proc.returncode == 2, (case, proc.stderr)
@@ -413,14 +415,13 @@ def test_the_result_cache_never_serves_one_local_directory_to_another(tiny_dirs,
 def test_exact_only_experiments_are_refused_off_cpu_float32_on_one_line(tiny_dirs, data_cache, tmp_path):
     """options, mctaco and extraction claim exact agreement only: with --dtype bfloat16 run.py refuses them before
     anything loads (one line, exit 2), naming them; protocol, which states a tolerance, is not refused."""
-    for name in ("options", "mctaco", "extraction"):
-        out = tmp_path / f"o-{name}"
-        proc = run_cli("run.py", "--cache", data_cache, "--out", out, "--experiment", name, "--model",
-                       tiny_dirs["llama"], "--dtype", "bfloat16")
-        lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and len(lines) == 1, (name, proc.stderr)
-        assert f"experiment(s) {name} claim exact agreement only" in lines[0] and "Traceback" not in proc.stderr
-        assert not out.exists() or not any(out.iterdir()), name
+    out = tmp_path / "o"
+    proc = run_cli("run.py", "--cache", data_cache, "--out", out, "--model", tiny_dirs["llama"], "--dtype", "bfloat16",
+                   *[a for name in ("protocol", "options", "mctaco", "extraction") for a in ("--experiment", name)])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "experiment(s) options, mctaco, extraction claim exact agreement only" in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr and (not out.exists() or not any(out.iterdir()))
 
 
 @pytest.mark.slow
