@@ -101,17 +101,20 @@ SMALL_DATA = "reviews-24"    # the first 24 rows of fixtures/reviews_872_dev.tsv
 SMALL_N = 24
 
 
-def with_small_data(cache, dest):
-    """A copy of `cache` at `dest` (files hard-linked where the file system allows: nothing here writes a file in
-    place, every write is a rename) with the first SMALL_N rows of the 872-row review fixture imported as data
-    SMALL_DATA (`prepare.py --data-file --name`, as a user imports a file). `--data reviews-24 --split all` then
-    scores every row of a whole (small) split, which the suite can afford on the real model."""
-    def link_or_copy(src, dst):
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
+def link_or_copy(src, dst):
+    """Hard-link src at dst, or copy it across file systems. For cache files that nothing writes in place (every
+    write is a rename), so a test's copy of a cache costs no disk and cannot change the original."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
+
+def with_small_data(cache, dest):
+    """A copy of `cache` at `dest` (files via link_or_copy) with the first SMALL_N rows of the 872-row review
+    fixture imported as data SMALL_DATA (`prepare.py --data-file --name`, as a user imports a file).
+    `--data reviews-24 --split all` then scores every row of a whole (small) split, which the suite can afford on
+    the real model."""
     shutil.copytree(cache, dest, copy_function=link_or_copy, ignore=shutil.ignore_patterns("results.sqlite*"))
     lines = (REPO / "fixtures" / "reviews_872_dev.tsv").read_text().splitlines(keepends=True)
     small = dest.parent / f"{SMALL_DATA}.tsv"

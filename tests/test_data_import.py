@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 import resources as R
-from conftest import REPO, run_cli
+from conftest import REPO, link_or_copy, run_cli
 
 FIXTURE = REPO / "fixtures" / "mctaco_dev.tsv"
 
@@ -306,19 +306,14 @@ def test_run_refuses_data_of_the_other_schema_on_one_line(tmp_path):
 
 
 def cache_with_model(prepared_cache, dest):
-    """A new cache holding the prepared model (files hard-linked, or copied across file systems: nothing writes a
-    model file in place) and no data: user imports then go into `dest`, never into the shared prepared cache."""
-    import os
-
+    """A new cache holding the prepared model (files via conftest.link_or_copy) and no data: user imports then go
+    into `dest`, never into the shared prepared cache."""
     manifest = R.load_manifest(prepared_cache)
     model = {rid: e for rid, e in manifest["resources"].items() if e["kind"] == "model"}
     for entry in model.values():
         for rel in entry["files"]:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(prepared_cache / rel, dest / rel)
-            except OSError:
-                shutil.copy(prepared_cache / rel, dest / rel)
+            link_or_copy(prepared_cache / rel, dest / rel)
     R.save_manifest(dest, {"resources": model})
     return dest
 

@@ -316,7 +316,7 @@ def test_audit_catches_tampered_mctaco_evidence(mctaco_run, tmp_path, what):
 
 
 @pytest.mark.slow
-def test_smoke_run_of_the_experiment(smoke_run, prepared_cache, tmp_path):
+def test_smoke_run_of_the_experiment(smoke_run, prepared_cache):
     """The session's smoke run (conftest; every experiment)."""
     summary, config, records = load_out(smoke_run[0])
     qs = resources.mctaco_questions(resources.read_mctaco_tsv(FIXTURE))
