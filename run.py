@@ -84,8 +84,9 @@ def parse_args(argv=None):
                         "exit 1 and a table of mismatched items. With fewer than 2 items no unsorted order exists "
                         "and the run says that nothing could be demonstrated")
     p.add_argument("--fast", action="store_true",
-                   help="also score with the fast mode of the independent path (batched) and report its max abs "
-                        "diff and argmax changes against parity mode, which stays the bit-exact comparison")
+                   help="protocol and mctaco experiments: also score with the fast mode of the independent path "
+                        "(batched) and report its max abs diff and argmax changes against parity mode, which stays "
+                        "the bit-exact comparison (the other experiments do not use it)")
     p.add_argument("--no-cache", action="store_true",
                    help="bypass the result cache (CACHE/results.sqlite): recompute every independent score, "
                         "store nothing; the official path is never served from the cache either way")

@@ -20,7 +20,9 @@ metric marked as computed on an incomplete set). The limit demonstration re-runs
 and sets its figures next to the full ones, with the questions each N cuts; SHUFFLE_SOURCE below is what the
 pinned source says about shuffling before the cut (it is re-checked against the installed files at run time).
 
-Flags it honours (ctx.options): limit and allow_partial_groups (run.py refuses --limit here without the latter).
+Flags it honours (ctx.options): limit and allow_partial_groups (run.py refuses --limit here without the latter);
+no_cache (the independent parity scores are otherwise served from / stored into the result cache, which keeps the
+bit-exact claim: a cached score is the float computed); fast (fast mode reported beside parity mode, fast_check.py).
 
 Read top to bottom: data -> documents -> official run (+ limit runs) -> independent run -> identity join ->
 compare -> metrics -> limit table -> evidence.
@@ -31,7 +33,7 @@ import warnings
 from tqdm import tqdm
 
 import resources
-from experiments import official, parallel, scoring, stats, two_paths
+from experiments import fast_check, official, parallel, result_cache, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from resources import ResourceError
@@ -380,21 +382,55 @@ def check_task_config(meta, config):
 
 # ---- the independent path --------------------------------------------------------------------------------------
 
+def prompt_template_sha256(config):
+    return hashlib.sha256(config["mctaco_prompt"].encode("utf-8")).hexdigest()
+
+
 def run_independent(ctx, items):
-    """The independent path, data parallel through parallel.shard_map (by question): ({idx: scored}, meta)."""
-    return parallel.shard_map(ctx, "independent", items, lambda part: independent_part(ctx, part), group=question_of)
+    """The independent path, data parallel through parallel.shard_map (by question): ({idx: scored}, meta, fast
+    results or None). Parity mode, each score served from / stored into the result cache unless --no-cache (a
+    cached score is the computed float, so the bit-exact claim survives it); with --fast (one process only), also
+    fast mode on the same loaded model, reported next to parity mode (fast_check.py)."""
+    fast = {}
+    out, meta = parallel.shard_map(ctx, "independent", items, lambda part: independent_part(ctx, part, fast),
+                                   group=question_of, combine=combine_independent)
+    return out, meta, fast.get("runs")
 
 
-def independent_part(ctx, items):
+def independent_part(ctx, items, fast):
     config = ctx.config
     model, tokenizer = two_paths.load_independent_model(ctx)
-    out = {}
+    cache = result_cache.open_for(ctx, "independent-parity", prompt_template_sha256(config))
+    out, n_cached, n_items_cached = {}, 0, 0
     with ctx.stages.stage("independent"):
         for it in tqdm(items, desc="independent scoring", unit="doc"):
-            # one memo per document: " no" and " yes" are one token each, so both read the same forward pass
-            out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
-                                                      config["max_input_tokens"], f"idx {it['idx']}", memo={})
-    return out, two_paths.model_facts(model, tokenizer)
+            where = f"idx {it['idx']}"
+            if cache is None:
+                # one memo per document: " no" and " yes" are one token each, so both read the same forward pass
+                out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
+                                                          config["max_input_tokens"], where, memo={})
+            else:   # score_candidates_cached shares one forward pass per document the same way
+                out[it["idx"]], k = result_cache.score_candidates_cached(
+                    cache, model, tokenizer, it["prompt"], it["candidates"], config["max_input_tokens"], where,
+                    {"idx": it["idx"], "sentence_sha256": scoring.sha256_text(it["sentence"]),
+                     "question_sha256": scoring.sha256_text(it["question"]),
+                     "answer_sha256": scoring.sha256_text(it["answer"])})
+                n_cached += k
+                n_items_cached += k == len(it["candidates"])
+    n_cands = sum(len(v) for v in out.values())
+    cache_stats = result_cache.disabled_stats() if cache is None else cache.stats()
+    cache_stats.update(candidate_scores=n_cands, from_cache=n_cached, computed=n_cands - n_cached,
+                       items_from_cache=n_items_cached)
+    if cache is not None:
+        cache.close()
+    if ctx.options.fast:
+        fast["runs"] = fast_check.run_fast(ctx, items, model, tokenizer)
+    return out, {**two_paths.model_facts(model, tokenizer), "result_cache": cache_stats}
+
+
+def combine_independent(metas, out):
+    """The parts' meta as one: the result cache counts summed over the parts."""
+    return {**metas[0], "result_cache": result_cache.combine_stats([m["result_cache"] for m in metas])}
 
 
 # ---- join and compare ------------------------------------------------------------------------------------------
@@ -673,7 +709,7 @@ def run(ctx):
     samples, boundaries, official_meta, limit_runs = run_official(ctx, items, parquet, selection, list(limit_ns),
                                                                   data_split(data_entry))
     check_task_config(official_meta, config)
-    independent, independent_meta = run_independent(ctx, items)
+    independent, independent_meta, fast = run_independent(ctx, items)
     parallel.scoring_done(ctx)
     two_paths.check_same_loading(official_meta, independent_meta)
     with ctx.stages.stage("compare"):
@@ -686,10 +722,18 @@ def run(ctx):
         limit_rows, shuffle = limit_demonstration(records, questions, doc_idx, limit_ns, limit_runs,
                                                   shuffle_source)
         summary = summarise(records, questions, doc_idx, selection, ctx.split, official_meta, limit_rows, shuffle)
+        if fast is not None:
+            summary["fast"], bad = fast_check.compare_fast(records, fast, independent_meta["result_cache"], config,
+                                                           ctx.stages.stages)
+            if bad:
+                raise IdentityMismatch("fast mode disagrees with parity mode (an argmax changed or a score moved "
+                                       f"more than fast_tolerance={config['fast_tolerance']})", bad)
 
     return Result(config=config_of(ctx, rows, data_entry, questions, doc_idx, selection, limit_ns, official_meta,
                                    independent_meta),
                   records=records, summary=summary,
                   token_stats={**two_paths.candidate_token_stats(records), "limit_run_documents": sum(limit_ns)},
-                  private={"texts.jsonl": jsonl(texts)}, headline=headline(summary, config["mctaco_data"]),
-                  prompt_template_sha256=hashlib.sha256(config["mctaco_prompt"].encode("utf-8")).hexdigest())
+                  private={"texts.jsonl": jsonl(texts)},
+                  headline=(headline(summary, config["mctaco_data"])
+                            + fast_check.headline(independent_meta["result_cache"], summary.get("fast"))),
+                  prompt_template_sha256=prompt_template_sha256(config))

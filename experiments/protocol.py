@@ -11,11 +11,10 @@ Read top to bottom: select items -> build prompts -> official run -> independent
 compare -> evidence.
 """
 import hashlib
-import time
 
 from tqdm import tqdm
 
-from experiments import fast_scoring, official, parallel, result_cache, scoring, stats, two_paths
+from experiments import fast_check, official, parallel, result_cache, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
@@ -161,28 +160,13 @@ def independent_part(ctx, items, fast):
         cache.close()
     meta = {**two_paths.model_facts(model, tokenizer), "result_cache": cache_stats}
     if ctx.options.fast:
-        fast["runs"] = run_fast(ctx, items, model, tokenizer)
+        fast["runs"] = fast_check.run_fast(ctx, items, model, tokenizer)
     return out, meta
 
 
 def combine_independent(metas, out):
     """The parts' meta as one: the result cache counts summed over the parts."""
     return {**metas[0], "result_cache": result_cache.combine_stats([m["result_cache"] for m in metas])}
-
-
-def run_fast(ctx, items, model, tokenizer):
-    """Fast mode at the configured batch size and at batch size 1 (the batch-size invariance figures)."""
-    config = ctx.config
-    requests = [(it["idx"], it["prompt"], it["candidates"]) for it in items]
-    runs = {}
-    for name, bs in (("fast", config["fast_batch_size"]), ("fast_batch1", 1)):
-        with ctx.stages.stage(f"independent_{name}"):
-            t0 = time.perf_counter()
-            scores, stats = fast_scoring.score_candidates_fast(model, tokenizer, requests, config["max_input_tokens"],
-                                                               bs, config["fast_max_batch_tokens"],
-                                                               fast_scoring.workers(config))
-            runs[name] = {"scores": scores, "stats": {**stats, "wall_s": round(time.perf_counter() - t0, 4)}}
-    return runs
 
 
 def sst2_fields(sample, item):
@@ -258,67 +242,6 @@ def uncertainty(records, majority):
                                        list(zip(right[side], baseline))) for side in ("official", "independent")})
 
 
-def diff_figures(a, b):
-    """{max_abs_diff, n_argmax_changes, n_scores_equal} between two {idx: [score, ...]} maps."""
-    diffs = [abs(x - y) for i in a for x, y in zip(a[i], b[i])]
-    return {"max_abs_diff": max(diffs), "n_scores": len(diffs), "n_scores_equal": sum(d == 0.0 for d in diffs),
-            "n_argmax_changes": sum(scoring.argmax_first(a[i]) != scoring.argmax_first(b[i]) for i in a),
-            "argmax_changed_idx": [i for i in a if scoring.argmax_first(a[i]) != scoring.argmax_first(b[i])]}
-
-
-def compare_fast(records, fast, cache_stats, config, stages):
-    """Fast mode against parity mode on this run's items, and batch size 1 against N (summary["fast"]).
-    Adds each record's fast scores; returns (summary section, mismatch rows)."""
-    parity = {r["idx"]: r["independent"]["scores"] for r in records}
-    fast_n = {i: [c["score"] for c in v] for i, v in fast["fast"]["scores"].items()}
-    fast_1 = {i: [c["score"] for c in v] for i, v in fast["fast_batch1"]["scores"].items()}
-    bad = []
-    for r in records:
-        got = fast["fast"]["scores"][r["idx"]]
-        if [c["token_ids"] for c in got] != [c["token_ids"] for c in r["candidates"]]:
-            bad.append((r["idx"], "fast token ids", [c["token_ids"] for c in r["candidates"]],
-                        [c["token_ids"] for c in got]))
-        r["fast"] = {"scores": fast_n[r["idx"]], "scores_batch1": fast_1[r["idx"]],
-                     "pred": scoring.argmax_first(fast_n[r["idx"]])}
-        d = max(abs(x - y) for x, y in zip(parity[r["idx"]], fast_n[r["idx"]]))
-        if r["fast"]["pred"] != r["independent"]["pred"] or d > config["fast_tolerance"]:
-            bad.append((r["idx"], "fast vs parity scores", parity[r["idx"]], fast_n[r["idx"]]))
-    wall = {s["name"]: s["wall_s"] for s in stages}
-    n, k = cache_stats["candidate_scores"], cache_stats["from_cache"]
-    source = ("computed in this run (parity mode, one sequence per forward pass)" if k == 0 else
-              "the result cache (parity-mode scores of an earlier run with the same full identity)" if k == n else
-              f"mixed: {k} of {n} parity scores from the result cache, the rest computed in this run")
-    section = {
-        "parity_source": source, "parity_from_cache": k, "n_candidates": n,
-        "batch_size": config["fast_batch_size"], "max_batch_tokens": config["fast_max_batch_tokens"],
-        "workers": fast_scoring.workers(config), "tolerance": config["fast_tolerance"], "passed": not bad,
-        "vs_parity": diff_figures(parity, fast_n),
-        "batch_invariance": {
-            f"parity_vs_fast_batch{config['fast_batch_size']}": diff_figures(parity, fast_n),
-            "parity_vs_fast_batch1": diff_figures(parity, fast_1),
-            f"fast_batch1_vs_batch{config['fast_batch_size']}": diff_figures(fast_1, fast_n),
-        },
-        "wall_s": {"parity": wall.get("independent"), "fast": wall.get("independent_fast"),
-                   "fast_batch1": wall.get("independent_fast_batch1"),
-                   "note": "parity wall time includes cache lookups; near zero when served from the cache"},
-        "work": {name: fast[name]["stats"] for name in ("fast", "fast_batch1")},
-    }
-    return section, bad
-
-
-def cache_headline(cache_stats, fast_summary):
-    c = cache_stats
-    text = (f"; independent scores from the result cache: {c['from_cache']}/{c['candidate_scores']}"
-            + (f" ({c['corrupted']} corrupted rows detected and recomputed)" if c["corrupted"] else "")
-            if c["enabled"] else "; result cache off (--no-cache)")
-    if fast_summary:
-        v = fast_summary["vs_parity"]
-        text += (f"; fast mode (batch {fast_summary['batch_size']}): max |fast - parity| = {v['max_abs_diff']:.3g}, "
-                 f"{v['n_argmax_changes']} argmax changes, {fast_summary['wall_s']['fast']} s vs parity "
-                 f"{fast_summary['wall_s']['parity']} s")
-    return text
-
-
 def headline(s):
     u = s["uncertainty"]
     ci = u["accuracies"]["independent/accuracy"]["wilson95"]
@@ -361,7 +284,7 @@ def score_and_compare(ctx, items):
         summary["agreement_claim"] = two_paths.agreement_claim(config, summary["agreement"]["max_abs_diff"],
                                                                summary["agreement"]["n_prediction_mismatches"])
         if fast is not None:
-            summary["fast"], bad = compare_fast(records, fast, independent_meta["result_cache"], config,
+            summary["fast"], bad = fast_check.compare_fast(records, fast, independent_meta["result_cache"], config,
                                                 stages.stages)
             if bad:
                 raise IdentityMismatch("fast mode disagrees with parity mode (an argmax changed or a score moved "
@@ -379,6 +302,7 @@ def run(ctx):
     return Result(config=config_out, records=records, summary=summary,
                   token_stats=two_paths.candidate_token_stats(records),
                   private={"texts.jsonl": jsonl(texts)},
-                  headline=(headline(summary) + cache_headline(independent_meta["result_cache"], summary.get("fast"))
+                  headline=(headline(summary)
+                            + fast_check.headline(independent_meta["result_cache"], summary.get("fast"))
                             + sort_note(ctx.options, official_meta)),
                   prompt_template_sha256=prompt_template_sha256(ctx.config))

@@ -32,7 +32,7 @@ What is cached, and what never is:
 - Never fast-mode scores (experiments/fast_scoring.py): with padding a score depends on its batch neighbours,
   which are not part of an item's identity.
 
-API (the protocol uses it; another experiment can adopt it the same way):
+API (the protocol and MC-TACO experiments use it; another experiment can adopt it the same way):
 
     ident = run_identity(model_sha256=..., tokenizer_sha256=..., data_content_sha256=...,
                          prompt_template_sha256=..., config=ctx.config, scorer="independent-parity")

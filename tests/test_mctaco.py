@@ -220,7 +220,8 @@ def test_limit_with_allow_partial_groups_lists_cut_questions(prepared_cache, tmp
 
 @pytest.fixture(scope="session")
 def mctaco_run(prepared_cache, tmp_path_factory):
-    return run_once(tmp_path_factory, "mctaco", prepared_cache, "--experiment", "mctaco")
+    """Every fixture document, both paths recomputed (no result cache), with fast mode reported beside parity."""
+    return run_once(tmp_path_factory, "mctaco", prepared_cache, "--experiment", "mctaco", "--no-cache", "--fast")
 
 
 @pytest.mark.slow
@@ -255,6 +256,14 @@ def test_full_fixture_bit_exact_and_metrics_match_lm_eval(mctaco_run):
     assert config["data_split"] == "validation" and config["split_choice"]["stock_choice"] == "overridden"
     assert config["data_parquet"] == "data/fixture-mctaco/validation.parquet"
     assert config["data_routing"].startswith("config mctaco_data")       # no --data given
+    assert config["independent"]["result_cache"]["enabled"] is False                 # --no-cache: all recomputed
+    # --fast: fast mode beside parity mode, every argmax the same, within the tolerance (the audit recomputes it)
+    fast = summary["fast"]
+    assert fast["passed"] is True and fast["parity_source"].startswith("computed in this run")
+    assert fast["vs_parity"]["n_argmax_changes"] == 0 and fast["vs_parity"]["n_scores"] == 2 * len(records)
+    assert fast["vs_parity"]["max_abs_diff"] <= fast["tolerance"]
+    assert all(r["fast"]["pred"] == r["independent"]["pred"] for r in records)
+    assert "fast mode (batch 16): max |fast - parity|" in proc.stdout
 
 
 @pytest.mark.slow
@@ -287,7 +296,7 @@ def test_audit_recomputes_the_full_run_at_every_level(mctaco_run, prepared_cache
     assert not [r for r in checks if r["status"] != "PASS"]
 
 
-@pytest.mark.parametrize("what", ["f1", "em", "hide_cut", "limit_acc", "label"])
+@pytest.mark.parametrize("what", ["f1", "em", "hide_cut", "limit_acc", "label", "fast"])
 @pytest.mark.slow
 def test_audit_catches_tampered_mctaco_evidence(mctaco_run, tmp_path, what):
     out, _ = mctaco_run
@@ -303,9 +312,12 @@ def test_audit_catches_tampered_mctaco_evidence(mctaco_run, tmp_path, what):
         next(r for r in s["limit_demo"]["rows"] if r["limit"] == 10)["cut_questions"] = []
     elif what == "limit_acc":
         next(r for r in s["limit_demo"]["rows"] if r["limit"] == 20)["lm_eval"]["acc"] = 0.99
-    if what == "label":       # a label flipped in the evidence: correctness and the f1 pair no longer recompute
+    if what in ("label", "fast"):
         recs = [json.loads(l) for l in rec_path.read_text().splitlines()]
-        recs[3]["label"] = 1 - recs[3]["label"]
+        if what == "label":   # a label flipped in the evidence: correctness and the f1 pair no longer recompute
+            recs[3]["label"] = 1 - recs[3]["label"]
+        else:                 # a fast-mode score moved: summary.fast's max abs diff no longer recomputes
+            recs[3]["fast"]["scores"][0] -= 0.5
         rec_path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     else:
         summary_path.write_text(json.dumps(s))
@@ -325,4 +337,24 @@ def test_smoke_run_of_the_experiment(smoke_run, prepared_cache):
     assert summary["agreement"]["max_abs_diff"] == 0.0
     assert config["official"]["documents_passed_as_samples"] == qs[0]["idx"] + qs[1]["idx"]
     report = audit(smoke_run[0], ("arithmetic", "identity"), cache=prepared_cache, only=["mctaco"])
+    assert report["exit_code"] == 0, first_failure(report)
+    assert config["independent"]["result_cache"]["enabled"] is True   # the smoke run reads and fills the cache
+
+
+@pytest.mark.slow
+def test_result_cache_serves_a_rerun_bit_for_bit(smoke_run, prepared_cache, tmp_path):
+    """The session's smoke run stored every parity score in the cache's results.sqlite; the same command again is
+    served from it (no independent forward pass), with records identical to the first run's, and still passes the
+    identity join against lm-eval, which recomputes its scores in every run."""
+    first_summary, _, first_records = load_out(smoke_run[0])
+    proc = run_cli("run.py", "--cache", prepared_cache, "--out", tmp_path / "o", "--smoke", "--experiment", "mctaco")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary, config, records = load_out(tmp_path / "o")
+    rc = config["independent"]["result_cache"]
+    assert rc["from_cache"] == rc["candidate_scores"] == 2 * len(records) and rc["computed"] == 0
+    assert rc["items_from_cache"] == len(records)
+    assert records == first_records and summary == first_summary
+    assert f"independent scores from the result cache: {rc['candidate_scores']}/{rc['candidate_scores']}" \
+        in proc.stdout
+    report = audit(tmp_path / "o", ("arithmetic", "identity"), cache=prepared_cache, only=["mctaco"])
     assert report["exit_code"] == 0, first_failure(report)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from evidence_audit import uncertainty
 from evidence_audit.checks import MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first, is_int, is_sha
+from evidence_audit.fast_mode import fast_expected
 from evidence_audit.forward import two_path_forward
 from evidence_audit.reading import Unreadable, sha256_text
 from evidence_audit.shared import (abs_diff_problems, both_paths_pred_problems, candidate_problems,
@@ -49,7 +50,8 @@ SHAPE = two_path_shape(
     {"idx": is_int, "question_id": is_sha, "question_rank": is_int, "candidate_rank": is_int, "label": is_int,
      "category": lambda v: v in MCT_CATEGORIES, "sentence_sha256": is_sha, "question_sha256": is_sha,
      "answer_sha256": is_sha, "prompt_sha256": is_sha},
-    official={"f1_pair": lambda v: isinstance(v, list) and len(v) == 2 and all(is_int(x) for x in v)})
+    official={"f1_pair": lambda v: isinstance(v, list) and len(v) == 2 and all(is_int(x) for x in v)},
+    optional={"fast": None})       # run.py --fast: checked by fast_mode.fast_expected
 # identity fields run.py claims to have joined on -> the audit check that re-verifies each one
 IDENTITY_FIELD_RULES = {
     "doc_id": "arithmetic/documents and groups (official.doc_id == idx)",
@@ -533,6 +535,8 @@ def summary_values_check(C, name, ev, plan, records, fig, limit_demo):
     expected = expected_summary(name, plan, records, fig, limit_demo,
                                 get(summ, "identity_checks.fields") if summ is not None else MISSING,
                                 get(summ, "uncertainty") if summ is not None else None)
+    if summ is not None and ("fast" in summ or any("fast" in r for r in records)):
+        expected["fast"] = fast_expected(summ.get("fast"), records, C, name)
     extra = []
     expect(extra, "config.json", "official.reported", get(ev["config"], "official.reported"),
            expected["official"]["lm_eval_reported"],
