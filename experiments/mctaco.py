@@ -393,7 +393,7 @@ def run_independent(ctx, items):
     fast mode on the same loaded model, reported next to parity mode (fast_check.py)."""
     fast = {}
     out, meta = parallel.shard_map(ctx, "independent", items, lambda part: independent_part(ctx, part, fast),
-                                   group=question_of, combine=combine_independent)
+                                   group=question_of, combine=result_cache.combine_part_meta)
     return out, meta, fast.get("runs")
 
 
@@ -417,20 +417,10 @@ def independent_part(ctx, items, fast):
                      "answer_sha256": scoring.sha256_text(it["answer"])})
                 n_cached += k
                 n_items_cached += k == len(it["candidates"])
-    n_cands = sum(len(v) for v in out.values())
-    cache_stats = result_cache.disabled_stats() if cache is None else cache.stats()
-    cache_stats.update(candidate_scores=n_cands, from_cache=n_cached, computed=n_cands - n_cached,
-                       items_from_cache=n_items_cached)
-    if cache is not None:
-        cache.close()
+    cache_stats = result_cache.close_with_stats(cache, out, n_cached, n_items_cached)
     if ctx.options.fast:
         fast["runs"] = fast_check.run_fast(ctx, items, model, tokenizer)
     return out, {**two_paths.model_facts(model, tokenizer), "result_cache": cache_stats}
-
-
-def combine_independent(metas, out):
-    """The parts' meta as one: the result cache counts summed over the parts."""
-    return {**metas[0], "result_cache": result_cache.combine_stats([m["result_cache"] for m in metas])}
 
 
 # ---- join and compare ------------------------------------------------------------------------------------------

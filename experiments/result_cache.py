@@ -295,6 +295,18 @@ def score_candidates_cached(cache, model, tokenizer, context, candidates, limit,
     return scored, n_cached
 
 
+def close_with_stats(cache, scored, n_cached, n_items_cached):
+    """The result-cache counts of one scoring pass ({idx: scored candidates}; None cache: --no-cache), with the
+    candidate scores served from it and computed; closes the cache."""
+    n_cands = sum(len(v) for v in scored.values())
+    stats = disabled_stats() if cache is None else cache.stats()
+    stats.update(candidate_scores=n_cands, from_cache=n_cached, computed=n_cands - n_cached,
+                 items_from_cache=n_items_cached)
+    if cache is not None:
+        cache.close()
+    return stats
+
+
 def kill_hook(n_items_done):
     """Test hook: SIGKILL this process once n_items_done reaches EVAL_TEST_KILL_AFTER_ITEMS (when it is set)."""
     k = os.environ.get(KILL_ENV)
@@ -314,3 +326,9 @@ def combine_stats(parts):
             out[k] = sum(p[k] for p in parts)
     out["corrupted_items"] = [i for p in parts for i in p.get("corrupted_items", [])][:20]
     return out
+
+
+def combine_part_meta(metas, scored):
+    """parallel.shard_map's combine for an independent path's meta: the first part's, with the result cache
+    counts summed over the parts."""
+    return {**metas[0], "result_cache": combine_stats([m["result_cache"] for m in metas])}
