@@ -404,19 +404,15 @@ def independent_part(ctx, items, fast):
     out, n_cached, n_items_cached = {}, 0, 0
     with ctx.stages.stage("independent"):
         for it in tqdm(items, desc="independent scoring", unit="doc"):
-            where = f"idx {it['idx']}"
-            if cache is None:
-                # one memo per document: " no" and " yes" are one token each, so both read the same forward pass
-                out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
-                                                          config["max_input_tokens"], where, memo={})
-            else:   # score_candidates_cached shares one forward pass per document the same way
-                out[it["idx"]], k = result_cache.score_candidates_cached(
-                    cache, model, tokenizer, it["prompt"], it["candidates"], config["max_input_tokens"], where,
-                    {"idx": it["idx"], "sentence_sha256": scoring.sha256_text(it["sentence"]),
-                     "question_sha256": scoring.sha256_text(it["question"]),
-                     "answer_sha256": scoring.sha256_text(it["answer"])})
-                n_cached += k
-                n_items_cached += k == len(it["candidates"])
+            # one forward pass per document: " no" and " yes" are one token each, so both read the same pass
+            out[it["idx"]], k = result_cache.score_candidates_cached(
+                cache, model, tokenizer, it["prompt"], it["candidates"], config["max_input_tokens"],
+                f"idx {it['idx']}",
+                {"idx": it["idx"], "sentence_sha256": scoring.sha256_text(it["sentence"]),
+                 "question_sha256": scoring.sha256_text(it["question"]),
+                 "answer_sha256": scoring.sha256_text(it["answer"])})
+            n_cached += k
+            n_items_cached += k == len(it["candidates"])
     cache_stats = result_cache.close_with_stats(cache, out, n_cached, n_items_cached)
     if ctx.options.fast:
         fast["runs"] = fast_check.run_fast(ctx, items, model, tokenizer)

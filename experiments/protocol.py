@@ -141,16 +141,11 @@ def independent_part(ctx, items, fast):
     out, n_cached, n_items_cached = {}, 0, 0
     with ctx.stages.stage("independent"):
         for n, it in enumerate(tqdm(items, desc="independent scoring", unit="item"), start=1):
-            where = f"idx {it['idx']}"
-            if cache is None:
-                out[it["idx"]] = scoring.score_candidates(model, tokenizer, it["prompt"], it["candidates"],
-                                                          config["max_input_tokens"], where)
-            else:
-                out[it["idx"]], k = result_cache.score_candidates_cached(
-                    cache, model, tokenizer, it["prompt"], it["candidates"], config["max_input_tokens"], where,
-                    {"idx": it["idx"], "sentence_sha256": scoring.sha256_text(it["sentence"])})
-                n_cached += k
-                n_items_cached += k == len(it["candidates"])
+            out[it["idx"]], k = result_cache.score_candidates_cached(
+                cache, model, tokenizer, it["prompt"], it["candidates"], config["max_input_tokens"],
+                f"idx {it['idx']}", {"idx": it["idx"], "sentence_sha256": scoring.sha256_text(it["sentence"])})
+            n_cached += k
+            n_items_cached += k == len(it["candidates"])
             result_cache.kill_hook(n)                 # test hook (EVAL_TEST_KILL_AFTER_ITEMS); no-op otherwise
     cache_stats = result_cache.close_with_stats(cache, out, n_cached, n_items_cached)
     meta = {**two_paths.model_facts(model, tokenizer), "result_cache": cache_stats}

@@ -273,9 +273,12 @@ def score_candidates_cached(cache, model, tokenizer, context, candidates, limit,
 
     Tokenisation and checks always run (they are cheap and the identity join needs them); only the forward pass
     of a candidate found in the cache is skipped. The computed value is scoring.candidate_logprob's float, with
-    one forward pass per distinct input among the candidates not in the cache (scoring.candidate_logprob_memo)."""
+    one forward pass per distinct input among the candidates not in the cache (scoring.candidate_logprob_memo).
+    With cache None (--no-cache) it is scoring.score_candidates itself, and nothing comes from the cache."""
     from experiments import scoring
 
+    if cache is None:
+        return scoring.score_candidates(model, tokenizer, context, candidates, limit, where), 0
     scored, new, n_cached, memo = [], [], 0, {}
     for cand in candidates:
         ctx_ids, cand_ids = scoring.encode_pair(tokenizer, context, cand, where)
