@@ -12,7 +12,10 @@ from pathlib import Path
 
 import lm_eval
 
-LM_EVAL_DIR = Path(lm_eval.__file__).resolve().parent
+# The directory as imported, not resolved: lm-eval compares its task paths to its own unresolved __file__
+# (tasks/__init__.py relative_to), so a resolved form breaks a venv reached through a symlink. The bytes read
+# (file_hashes) are the same by either form.
+LM_EVAL_DIR = Path(lm_eval.__file__).parent
 
 # The installed files the multiple-choice loglikelihood path goes through (hashed into config.json).
 PATH_FILES = [
