@@ -69,14 +69,14 @@ def parse_args(argv=None):
                         "identity (no lock entry needed); pickled weights are never loaded")
     p.add_argument("--device", default=shared["device"],
                    help=f"torch device for both paths: cpu (default: {shared['device']}) or cuda / cuda:N where a "
-                        "GPU is present. Bit-exact agreement is claimed for cpu float32 only; elsewhere the run "
+                        "GPU is present. Bit-exact agreement is claimed on cpu, in every dtype; on cuda the run "
                         "states the measured max abs diff against config.py's agreement_tolerance")
     p.add_argument("--threads", type=int, default=shared["threads"],
                    help=f"torch threads for both paths (default {shared['threads']}: config.py, from the "
                         "EVAL_TORCH_THREADS environment variable when set); recorded in config and identity")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=shared["dtype"],
-                   help=f"weights and activations dtype for both paths (default {shared['dtype']}); a reduced "
-                        "dtype is compared against a tolerance, not claimed exact")
+                   help=f"weights and activations dtype for both paths (default {shared['dtype']}); on cpu both "
+                        "paths agree bit for bit in every dtype (the same tensors through the same kernels)")
     p.add_argument("--no-sort-samples", action="store_true",
                    help="protocol experiment: reproduce lm-eval 0.4.9.2's doc_id defect by passing the item "
                         "indices to lm-eval unsorted on purpose (the rank order, or the rank order reversed when it "
@@ -623,16 +623,17 @@ def launch(args):
 
 
 def check_numerics(args, modules):
-    """Off cpu float32 (--device cuda, --dtype bfloat16/float16) only an experiment that states a tolerance-based
-    agreement claim may run (protocol: summary.json agreement_claim); the others compare their two paths bit for bit
-    only (EXACT_AGREEMENT_ONLY), so they are refused on one line rather than failing after scoring."""
-    if (args.device, args.dtype) == ("cpu", "float32"):
+    """On the cpu both paths run the same tensors through the same kernels, so every experiment claims exact
+    agreement in every dtype. Off the cpu (--device cuda) only an experiment that states a tolerance-based agreement
+    claim may run (protocol: summary.json agreement_claim); the others compare their two paths bit for bit only
+    (EXACT_AGREEMENT_ONLY), so they are refused on one line rather than failing after scoring."""
+    if args.device == "cpu":
         return
     exact_only = [n for n, m in modules.items() if getattr(m, "EXACT_AGREEMENT_ONLY", False)]
     if exact_only:
-        raise ResourceError(f"--device {args.device} --dtype {args.dtype}: experiment(s) {', '.join(exact_only)} claim "
-                            "exact agreement only, which holds on cpu float32; run them there, and name the others "
-                            "with --experiment (protocol states a tolerance-based claim)")
+        raise ResourceError(f"--device {args.device}: experiment(s) {', '.join(exact_only)} claim exact agreement "
+                            "only, which is shown on the cpu (any --dtype); run them there, and name the others with "
+                            "--experiment (protocol states a tolerance-based claim off the cpu)")
 
 
 def check_parallel(args, modules):

@@ -217,7 +217,7 @@ def stage_time_problems(stages):
 
 
 def stages_check(C, name, ev, tokens, n_items, check="stages.json token counts (+ sanity of timings)",
-                 calls=("official", "independent")):
+                 calls=("official", "independent"), unit_of=None):
     """Row `check`: stages.json["tokens"] equals `tokens` (recomputed from the records by the rule; None: the
     experiment's token counts are declared, not recomputable) and the timings pass stage_time_problems."""
     stages = ev["stages"]
@@ -228,7 +228,7 @@ def stages_check(C, name, ev, tokens, n_items, check="stages.json token counts (
     if tokens is not None:
         compare_tree(bad, "stages.json", stages.get("tokens", MISSING), tokens, "tokens.")
     bad += stage_time_problems(stages)
-    bad += data_parallel_problems(stages, ev["records"], calls)
+    bad += data_parallel_problems(stages, ev["records"], calls, unit_of)
     C.add(name, A, check, n_items, bad, note="wall times and RSS are measurements: sanity-checked, not recomputed")
 
 
@@ -237,11 +237,16 @@ def scored_key(item):
     return tuple(scored_key(x) for x in item) if isinstance(item, list) else item
 
 
-def data_parallel_problems(stages, records, calls=("official", "independent")):
+def record_unit(r):
+    """The unit a rank scores for one record: its idx, or (task, id) for a harness example."""
+    return r.get("idx") if "idx" in r else (r.get("task"), r.get("id"))
+
+
+def data_parallel_problems(stages, records, calls=("official", "independent"), unit_of=None):
     """stages.json "data_parallel" (a torchrun / accelerate run, or a --merge of --shard runs; absent in one
     process): world_size ranks, one entry each, and for each scoring call (the official and independent paths; the
-    harness's one call) the ranks' item lists are a partition of the records' idx, or (task, id) for the harness
-    (every item scored once, by one rank)."""
+    harness's one call) the ranks' item lists are a partition of the records' units: their idx, (task, id) for the
+    harness, or what `unit_of(record)` says (options: (idx, prompt kind)); every unit scored once, by one rank."""
     dp = stages.get("data_parallel") if isinstance(stages, dict) else None
     if dp is None:
         return []
@@ -250,8 +255,8 @@ def data_parallel_problems(stages, records, calls=("official", "independent")):
     if not (isinstance(ranks, list) and isinstance(world, int) and len(ranks) == world >= 2):
         return [f"stages.json data_parallel: expected world_size >= 2 and one entry per rank, found "
                 f"{short(world)} and {short(ranks, 80)}"]
-    bad, want = [], sorted({r.get("idx") if "idx" in r else (r.get("task"), r.get("id"))
-                            for r in records or [] if isinstance(r, dict)}, key=str)
+    unit_of = unit_of or record_unit
+    bad, want = [], sorted({unit_of(r) for r in records or [] if isinstance(r, dict)}, key=str)
     for call in calls:
         lists = [r.get("items_scored", {}).get(call) if isinstance(r, dict) else None for r in ranks]
         if any(not isinstance(l, list) for l in lists):
@@ -260,7 +265,7 @@ def data_parallel_problems(stages, records, calls=("official", "independent")):
         got = [scored_key(i) for l in lists for i in l]
         if len(got) != len(set(map(str, got))) or sorted(set(got), key=str) != want:
             bad.append(f"stages.json data_parallel items_scored.{call}: {len(got)} entries over {world} ranks, "
-                       f"expected each of the {len(want)} records' idx exactly once")
+                       f"expected each of the records' {len(want)} units exactly once")
     return bad
 
 
@@ -440,6 +445,48 @@ def abs_diff_problems(records, where_of=idx_where):
                [abs(a - b) for a, b in zip(r["official"]["scores"], r["independent"]["scores"])],
                "recomputed from the two score lists")
     return bad
+
+
+# ---- the independent path's batches (protocol, options, MC-TACO) ---------------------------------------------------
+
+BATCHES = "independent path in lm-eval's batches (batch size, rows, padded shapes)"
+
+
+def lm_eval_batch_shapes(records, batch_size):
+    """(n requests, n rows, [[rows, padded length] per batch]) of the batches lm-eval forms for these records'
+    requests, written again from its definition: one row per distinct input (context + candidate without its last
+    token; the prompt hash stands for the context's ids), rows longest first, chunks of batch_size. Equal lengths
+    are ordered by their token ids, which leaves every batch's shape the same, so the shapes follow from the
+    lengths alone."""
+    rows = {(r["prompt_sha256"], c["start"], tuple(c["token_ids"][:-1])): c["start"] + len(c["token_ids"]) - 1
+            for r in records for c in r["candidates"]}
+    lengths = sorted(rows.values(), reverse=True)
+    shapes = [[len(lengths[i:i + batch_size]), lengths[i]] for i in range(0, len(lengths), batch_size)]
+    return sum(len(r["candidates"]) for r in records), len(rows), shapes
+
+
+def batching_check(C, name, cfg, records):
+    """Row BATCHES: the independent path says it formed lm-eval's batches (config.json independent.batching) at the
+    batch size lm-eval ran (official.hflm.batch_size, config official_batch_size): its counts and every batch's
+    shape are recomputed from the records. A data-parallel run took whole batches per rank: the same shapes."""
+    bad = []
+    facts, conf = get(cfg, "independent.batching"), config_block(cfg)
+    size = conf.get("official_batch_size", MISSING)
+    expect(bad, "config.json", "official.hflm.batch_size", get(cfg, "official.hflm.batch_size"), size,
+           "config official_batch_size")
+    if not isinstance(facts, dict) or not isinstance(facts.get("rule"), str):
+        bad.append(f"config.json independent.batching: {short(facts)} is not the batching facts (rule, batch_size, "
+                   "n_requests, n_rows, n_batches, shapes)")
+    elif not (is_int(size) and size >= 1):
+        bad.append(f"config.json config.official_batch_size: {short(size)} is not a positive integer")
+    else:
+        n_requests, n_rows, shapes = lm_eval_batch_shapes(records, size)
+        for key, want in (("batch_size", size), ("n_requests", n_requests), ("n_rows", n_rows),
+                          ("n_batches", len(shapes)), ("shapes", shapes)):
+            expect(bad, "config.json", f"independent.batching.{key}", facts.get(key, MISSING), want,
+                   "recomputed from the records")
+    C.add(name, A, BATCHES, len(records), bad,
+          note=f"batch size {size}" if is_int(size) else "")
 
 
 # ---- summary.json --------------------------------------------------------------------------------------------------

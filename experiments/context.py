@@ -12,7 +12,7 @@ An experiment module exposes
     DATA_SCHEMA                 optional, default "sst2": the schema of the --data it reads ("mctaco"; None: none);
                                 run.py routes --data by it and refuses a mismatch (run.route_data)
     EXACT_AGREEMENT_ONLY        optional, default False: its two paths are compared bit for bit only (no tolerance-
-                                based agreement claim), so run.py refuses it off cpu float32 (--device/--dtype)
+                                based agreement claim), so run.py refuses it off the cpu (--device)
     NEEDS_CHAT_TEMPLATE         optional, default False: it renders prompts with the tokenizer's chat template, so
                                 run.py refuses a local --model directory that has none
     DOCUMENTS_ARE_GROUP_PARTS   optional, default False: its documents are parts of a group, so --limit can cut a

@@ -94,6 +94,35 @@ def cpu_model():
         return ""
 
 
+# The environment variables that choose which CPU kernels torch, MKL, oneDNN and OpenMP run (read when torch loads),
+# so they decide how a float rounds: part of the result cache's key and of environment.json.
+KERNEL_ENV = ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_NUM_THREADS", "MKL_DYNAMIC", "MKL_DEBUG_CPU_TYPE",
+              "MKL_THREADING_LAYER", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+              "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE", "OMP_NUM_THREADS", "OMP_DYNAMIC",
+              "OMP_SCHEDULE", "OMP_PROC_BIND", "KMP_AFFINITY", "KMP_BLOCKTIME", "GOMP_CPU_AFFINITY",
+              "OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "TORCH_MKLDNN_MATMUL_MIN_DIM")
+
+
+def kernel_identity():
+    """What chooses the CPU kernels in this process: the variables above, torch's capability and parallel info
+    (threads, backend), the float32 matmul precision, and the MKL and oneDNN builds torch carries."""
+    import torch
+
+    built = torch.__config__.show().splitlines()
+    return {"env": {k: os.environ.get(k) for k in KERNEL_ENV},
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch_threads": torch.get_num_threads(), "parallel_info": torch.__config__.parallel_info(),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "mkl": next((l.strip(" -") for l in built if "Math Kernel Library" in l), None),
+            "onednn": next((l.strip(" -") for l in built if "MKL-DNN" in l or "oneDNN" in l), None)}
+
+
+def kernel_summary(kernels):
+    """One line of kernel_identity(): what a person compares between two machines."""
+    env = ", ".join(f"{k}={v}" for k, v in kernels["env"].items() if v is not None) or "no kernel variables set"
+    return f"torch {kernels['torch_cpu_capability']}, {kernels['torch_threads']} thread(s), {env}"
+
+
 def environment(threads):
     import importlib.metadata as md
 

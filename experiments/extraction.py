@@ -42,7 +42,7 @@ from experiments.selection import config_head, confirmation_items_scored, load_r
 NAME = "extraction"
 DATA_PARALLEL = True   # its generations go through parallel.shard_map (torchrun, --shard, --merge)
 CONFIG_SECTIONS = ("shared", "extraction")
-EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device/dtype without that claim
+EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device without that claim
 NEEDS_CHAT_TEMPLATE = True     # the prompts go through the tokenizer's chat template (run.py checks a local model)
 PREREGISTRATION_FILE = "extraction.preregistration.json"     # in O/, written before the model is loaded
 SCORERS = ("exact", "strict", "regex")

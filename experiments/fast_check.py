@@ -55,7 +55,7 @@ def compare_fast(records, fast, cache_stats, config, stages):
             bad.append((r["idx"], "fast vs parity scores", parity[r["idx"]], fast_n[r["idx"]]))
     wall = {s["name"]: s["wall_s"] for s in stages}
     n, k = cache_stats["candidate_scores"], cache_stats["from_cache"]
-    source = ("computed in this run (parity mode, one sequence per forward pass)" if k == 0 else
+    source = ("computed in this run (parity mode, in lm-eval's batches)" if k == 0 else
               "the result cache (parity-mode scores of an earlier run with the same full identity)" if k == n else
               f"mixed: {k} of {n} parity scores from the result cache, the rest computed in this run")
     section = {

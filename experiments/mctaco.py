@@ -11,8 +11,9 @@ only if every one of its candidates is judged right) is not an lm-eval metric in
 Every document is scored twice, as in the protocol experiment: by lm-eval with the installed YAML (the data
 served through custom_dataset from the verified cache; test_split set to None so that the served validation split
 is what lm-eval evaluates, because eval_docs prefers a test split whenever the YAML names one:
-lm_eval/api/task.py:687-696), and by the independent path (experiments/scoring.py). The two are joined on document
-identity and must agree bit for bit. acc, F1 and EM are computed independently and compared with lm-eval's.
+lm_eval/api/task.py:687-696), and by the independent path (experiments/scoring.py) in the batches lm-eval forms for
+the same documents. The two are joined on document identity and must agree bit for bit. acc, F1 and EM are computed
+independently and compared with lm-eval's.
 
 Documents: every row of the validation split in dataset order (--smoke: every row of the first 2 questions, whole
 questions only; --limit N --allow-partial-groups: lm-eval's own first N documents, cut groups listed and every
@@ -33,14 +34,14 @@ import warnings
 from tqdm import tqdm
 
 import resources
-from experiments import fast_check, official, parallel, result_cache, scoring, stats, two_paths
+from experiments import fast_check, official, parallel, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from resources import ResourceError
 
 NAME = "mctaco"
 CONFIG_SECTIONS = ("shared", "protocol", "mctaco")   # protocol: target_delimiter and num_fewshot
-EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device/dtype without that claim
+EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device without that claim
 TASK_YAML = "tasks/mc_taco/default.yaml"
 TASK_NAME = "mc_taco"
 # The contract's --limit attributes (experiments/context.py): --limit is implemented here, and it cuts groups (a
@@ -244,17 +245,17 @@ def check_shuffle_source():
     return out, no_shuffle
 
 
-def question_of(item):
-    """parallel.shard_map's group: a question's candidate documents stay on one rank (or shard)."""
-    return item["question_rank"]
+def units(items):
+    """What both paths score, per document: (idx, where, prompt, candidates)."""
+    return [(it["idx"], f"idx {it['idx']}", it["prompt"], it["candidates"]) for it in items]
 
 
-def run_official(ctx, items, parquet, selection, limit_ns, split="validation"):
+def run_official(ctx, items, parquet, selection, limit_ns, group, split="validation"):
     """lm-eval on the documents (all of them, the smoke questions as sorted samples, or its own limit), then one
     more lm-eval run per N of the limit demonstration, all on one HFLM per process. Data parallel through
-    parallel.shard_map: the documents by question, the limit runs (each one whole lm-eval run with its own limit)
-    by N; in a data-parallel run each rank passes its own documents as sorted samples. The data is served as
-    `split`."""
+    parallel.shard_map: the documents by whole batches of the one-process plan (`group`), the limit runs (each one
+    whole lm-eval run with its own limit) by N; in a data-parallel run each rank passes its own documents as sorted
+    samples. The data is served as `split`."""
     holder = {}
 
     def lm():
@@ -264,8 +265,8 @@ def run_official(ctx, items, parquet, selection, limit_ns, split="validation"):
 
     per_doc, meta = parallel.shard_map(ctx, "official", items,
                                        lambda part: official_part(ctx, lm(), part, parquet, selection, split),
-                                       group=question_of,
-                                       combine=lambda metas, per_doc: combine_official(metas, per_doc, selection))
+                                       combine=lambda metas, per_doc: combine_official(metas, per_doc, selection),
+                                       **group)
     runs, _ = parallel.shard_map(ctx, "official_limit_runs", [{"idx": n} for n in limit_ns],
                                  lambda part: limit_runs_part(ctx, lm(), parquet, [it["idx"] for it in part],
                                                               split),
@@ -386,37 +387,53 @@ def prompt_template_sha256(config):
     return hashlib.sha256(config["mctaco_prompt"].encode("utf-8")).hexdigest()
 
 
-def run_independent(ctx, items):
-    """The independent path, data parallel through parallel.shard_map (by question): ({idx: scored}, meta, fast
-    results or None). Parity mode, each score served from / stored into the result cache unless --no-cache (a
-    cached score is the computed float, so the bit-exact claim survives it); with --fast (one process only), also
-    fast mode on the same loaded model, reported next to parity mode (fast_check.py)."""
-    fast = {}
-    out, meta = parallel.shard_map(ctx, "independent", items, lambda part: independent_part(ctx, part, fast),
-                                   group=question_of, combine=result_cache.combine_part_meta)
-    return out, meta, fast.get("runs")
+def run_independent(ctx, items, limit_ns, group):
+    """The independent path, data parallel through parallel.shard_map as the official path: ({idx: scored}, meta,
+    fast results or None, {N: the limit run's documents scored again in its own batches}). Parity mode, each
+    forward batch served from / stored into the result cache unless --no-cache (a cached score is the computed
+    float, so the bit-exact claim survives it); with --fast (one process only), also fast mode on the same loaded
+    model, reported next to parity mode (fast_check.py). One model per process serves both calls."""
+    holder, fast = {}, {}
+
+    def loaded():
+        if "model" not in holder:
+            holder["model"] = two_paths.load_independent_model(ctx)
+        return holder["model"]
+
+    out, meta = parallel.shard_map(ctx, "independent", items, lambda part: independent_part(ctx, loaded(), part, fast),
+                                   combine=two_paths.combine_independent, **group)
+    limit_scores, _ = parallel.shard_map(ctx, "independent_limit_runs", [{"idx": n} for n in limit_ns],
+                                         lambda part: limit_scores_part(ctx, loaded(), items,
+                                                                        [it["idx"] for it in part]),
+                                         may_be_empty=True)
+    holder.clear()
+    return out, meta, fast.get("runs"), limit_scores
 
 
-def independent_part(ctx, items, fast):
-    config = ctx.config
-    model, tokenizer = two_paths.load_independent_model(ctx)
-    cache = result_cache.open_for(ctx, "independent-parity", prompt_template_sha256(config))
-    out, n_cached, n_items_cached = {}, 0, 0
-    with ctx.stages.stage("independent"):
-        for it in tqdm(items, desc="independent scoring", unit="doc"):
-            # one forward pass per document: " no" and " yes" are one token each, so both read the same pass
-            out[it["idx"]], k = result_cache.score_candidates_cached(
-                cache, model, tokenizer, it["prompt"], it["candidates"], config["max_input_tokens"],
-                f"idx {it['idx']}",
-                {"idx": it["idx"], "sentence_sha256": scoring.sha256_text(it["sentence"]),
-                 "question_sha256": scoring.sha256_text(it["question"]),
-                 "answer_sha256": scoring.sha256_text(it["answer"])})
-            n_cached += k
-            n_items_cached += k == len(it["candidates"])
-    cache_stats = result_cache.close_with_stats(cache, out, n_cached, n_items_cached)
+def independent_part(ctx, loaded, items, fast):
+    model, tokenizer = loaded
+    out, meta = two_paths.score_independent(ctx, model, tokenizer, units(items), prompt_template_sha256(ctx.config))
     if ctx.options.fast:
         fast["runs"] = fast_check.run_fast(ctx, items, model, tokenizer)
-    return out, {**two_paths.model_facts(model, tokenizer), "result_cache": cache_stats}
+    return out, meta
+
+
+def limit_scores_part(ctx, loaded, items, limit_ns):
+    """The documents of each limit=N run (0..N-1) scored as that run's own loglikelihood call: in the batches lm-eval
+    forms for exactly those documents. ({N: {"doc_ids", "scores", "shapes"}}, {}); never from the result cache."""
+    model, tokenizer = loaded
+    out = {}
+    with ctx.stages.stage("independent_limit_runs"):
+        for n in limit_ns:
+            first = [it for it in items if it["idx"] < n]
+            if [it["idx"] for it in first] != list(range(n)):
+                raise ResourceError(f"mctaco: the limit={n} run's documents 0..{n - 1} are not all in this run's "
+                                    "selection")
+            scored, plan, _ = scoring.score_items(model, tokenizer, [u[1:] for u in units(first)],
+                                                  ctx.config["max_input_tokens"], ctx.config["official_batch_size"])
+            out[n] = {"doc_ids": [it["idx"] for it in first], "scores": [[c["score"] for c in s] for s in scored],
+                      "shapes": plan.shapes()}
+    return out, {}
 
 
 # ---- join and compare ------------------------------------------------------------------------------------------
@@ -475,23 +492,25 @@ def limit_ns_for(doc_idx, questions, config):
     return dict(sorted(ns.items()))
 
 
-def limit_table(ns, limit_runs, records, questions, reference):
-    """One row per N: lm-eval's own figures on its first N documents, what that selection was, the questions it
-    cuts, EM over complete vs cut questions; next to the reference (this run's whole document set)."""
+def limit_table(ns, limit_runs, limit_scores, records, questions, reference):
+    """One row per N: lm-eval's own figures on its first N documents, its scores and the independent path's scores
+    of the same call (same batches), what that selection was, the questions it cuts, EM over complete vs cut
+    questions; next to the reference (this run's whole document set). max_abs_diff_vs_main_run is a measured
+    figure: a limit run is another call with other batches, so on some CPUs its scores differ in the last bits."""
     by_idx = {r["idx"]: r for r in records}
     correct = {r["idx"]: r["independent"]["correct"] for r in records}
     rows = []
     for n, kind in ns.items():
-        run = limit_runs[n]
+        run, replica = limit_runs[n], limit_scores[n]
         samples = sorted(run["samples"], key=lambda s: s["doc_id"])
         doc_ids = [s["doc_id"] for s in samples]
-        preds = [scoring.argmax_first(two_paths.official_scores(s)) for s in samples]
-        diffs = [abs(x - y) for s in samples for x, y in
-                 zip(two_paths.official_scores(s), by_idx[s["doc_id"]]["official"]["scores"])] \
-            if all(d in by_idx for d in doc_ids) else None
-        labels = [by_idx[d]["label"] for d in doc_ids]
+        official_scores = [two_paths.official_scores(s) for s in samples]
+        preds = [scoring.argmax_first(o) for o in official_scores]
+        in_main = all(d in by_idx for d in doc_ids)
+        same_docs = replica["doc_ids"] == doc_ids
+        labels = [by_idx[d]["label"] for d in doc_ids] if in_main else []
         complete, cut = group_status(doc_ids, questions)
-        limit_correct = {d: int(p == by_idx[d]["label"]) for d, p in zip(doc_ids, preds)}
+        limit_correct = {d: int(p == by_idx[d]["label"]) for d, p in zip(doc_ids, preds)} if in_main else {}
         em_cut_all = None
         if all(i in correct for c in cut for i in next(q for q in questions if q["question_id"] == c["question_id"])["idx"]):
             cut_qs = [q for q in questions if q["question_id"] in {c["question_id"] for c in cut}]
@@ -501,7 +520,16 @@ def limit_table(ns, limit_runs, records, questions, reference):
             "lm_eval": {"acc": float(run["results"]["acc,none"]), "f1": float(run["results"]["f1,none"]),
                         "n_samples": run["n_samples"]},
             "doc_ids": doc_ids, "doc_ids_are_first_n": doc_ids == list(range(n)), "preds": preds,
-            "max_abs_diff_vs_main_run": max(diffs) if diffs else None,
+            "scores": {"official": official_scores, "independent": replica["scores"] if same_docs else None},
+            "batch_shapes": replica["shapes"],
+            "max_abs_diff_vs_independent": max(abs(x - y) for o, i in zip(official_scores, replica["scores"])
+                                               for x, y in zip(o, i)) if same_docs else None,
+            "max_abs_diff_vs_main_run": max(abs(x - y) for d, o in zip(doc_ids, official_scores)
+                                            for x, y in zip(o, by_idx[d]["official"]["scores"])) if in_main else None,
+            "identity_matches_main_run": in_main and all(
+                [scoring.sha256_text(a[0]) for a in s["arguments"]] == [by_idx[d]["prompt_sha256"]] * len(s["arguments"])
+                and [a[1] for a in s["arguments"]] == [c["text"] for c in by_idx[d]["candidates"]]
+                and s["target"] == by_idx[d]["label"] for d, s in zip(doc_ids, samples)),
             "recomputed": {"acc": accuracy(labels, preds), "f1": corpus_f1(labels, preds),
                            "f1_counts": f1_counts(labels, preds)},
             "questions_touched": len(complete) + len(cut), "n_complete_questions": len(complete),
@@ -516,19 +544,26 @@ def limit_table(ns, limit_runs, records, questions, reference):
     return rows
 
 
-def check_limit_rows(rows):
+def check_limit_rows(rows, tolerance=0.0):
+    """Each limit run scored documents 0..N-1 of this run (same prompts, candidates and labels), agrees with the
+    independent path on its own batches (bit for bit; `tolerance` off the CPU), and its acc and F1 recompute."""
     bad = []
     for row in rows:
         n = row["limit"]
         if not row["doc_ids_are_first_n"]:
             bad.append((None, f"limit {n} doc_ids", row["doc_ids"], list(range(n))))
-        if row["max_abs_diff_vs_main_run"] != 0.0:
-            bad.append((None, f"limit {n} scores vs main run", row["max_abs_diff_vs_main_run"], 0.0))
+        if not row["identity_matches_main_run"]:
+            bad.append((None, f"limit {n} documents", "prompts, candidates or targets differ", "the main run's"))
+        d = row["max_abs_diff_vs_independent"]
+        if d is None or d > tolerance or [scoring.argmax_first(i) for i in row["scores"]["independent"]] != row["preds"]:
+            bad.append((None, f"limit {n} official vs independent", row["scores"]["official"],
+                        row["scores"]["independent"]))
         for k in ("acc", "f1"):
             if row["lm_eval"][k] != row["recomputed"][k]:
                 bad.append((None, f"limit {n} {k}", row["lm_eval"][k], row["recomputed"][k]))
     if bad:
-        raise IdentityMismatch("lm-eval's limit runs do not match the first N documents of the main run", bad)
+        raise IdentityMismatch("lm-eval's limit runs do not hold: their documents, their agreement with the "
+                               "independent path on their own batches, or their figures", bad)
 
 
 # ---- summary ---------------------------------------------------------------------------------------------------
@@ -631,7 +666,7 @@ def check_reported_metrics(records, official_meta):
                                    [(None, k, official_meta["reported"][k], mine)])
 
 
-def limit_demonstration(records, questions, doc_idx, limit_ns, limit_runs, shuffle_source):
+def limit_demonstration(records, questions, doc_idx, limit_ns, limit_runs, limit_scores, shuffle_source, tolerance):
     """(limit table rows, the shuffle finding): lm-eval's limit runs set against this run's documents;
     shuffle_source is check_shuffle_source()'s (citations, files without the word shuffle)."""
     labels = [r["label"] for r in records]
@@ -640,8 +675,8 @@ def limit_demonstration(records, questions, doc_idx, limit_ns, limit_runs, shuff
     correct = {r["idx"]: r["independent"]["correct"] for r in records}
     reference = {"acc": accuracy(labels, preds), "f1": corpus_f1(labels, preds),
                  "em": exact_match(complete, correct)["em"]}
-    rows = limit_table(limit_ns, limit_runs, records, questions, reference)
-    check_limit_rows(rows)
+    rows = limit_table(limit_ns, limit_runs, limit_scores, records, questions, reference)
+    check_limit_rows(rows, tolerance)
     source, no_shuffle = shuffle_source
     shuffle = {
         "documents_shuffled_before_limit": False,
@@ -692,10 +727,11 @@ def run(ctx):
     limit_ns = limit_ns_for(doc_idx, questions, config)
     shuffle_source = check_shuffle_source()   # before any model is loaded: a moved source line stops the run early
 
+    group = two_paths.by_whole_batches(ctx, units(items))
     samples, boundaries, official_meta, limit_runs = run_official(ctx, items, parquet, selection, list(limit_ns),
-                                                                  data_split(data_entry))
+                                                                  group, data_split(data_entry))
     check_task_config(official_meta, config)
-    independent, independent_meta, fast = run_independent(ctx, items)
+    independent, independent_meta, fast, limit_scores = run_independent(ctx, items, list(limit_ns), group)
     parallel.scoring_done(ctx)
     two_paths.check_same_loading(official_meta, independent_meta)
     with ctx.stages.stage("compare"):
@@ -703,10 +739,11 @@ def run(ctx):
                                                  independent_meta["special_tokens"]["prefix_ids"])
         records, texts, bad = compare(items, official_by_idx, independent)
         if bad:
-            raise IdentityMismatch(f"{len(bad)} documents differ between the official and independent scores", bad)
+            raise IdentityMismatch(two_paths.score_disagreement([b[0] for b in bad], independent, config,
+                                                                "documents"), bad)
         check_reported_metrics(records, official_meta)
-        limit_rows, shuffle = limit_demonstration(records, questions, doc_idx, limit_ns, limit_runs,
-                                                  shuffle_source)
+        limit_rows, shuffle = limit_demonstration(records, questions, doc_idx, limit_ns, limit_runs, limit_scores,
+                                                  shuffle_source, two_paths.agreement_tolerance(config))
         summary = summarise(records, questions, doc_idx, selection, ctx.split, official_meta, limit_rows, shuffle)
         if fast is not None:
             summary["fast"], bad = fast_check.compare_fast(records, fast, independent_meta["result_cache"], config,

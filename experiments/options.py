@@ -14,10 +14,10 @@ prediction is pi_i(argmax_j s_ij), first displayed position winning ties. Condit
 predictions only (flips, gains, losses, exact McNemar); log-probabilities from different scoring spaces (letters vs
 texts) are never compared with each other as confidence.
 
-Every candidate is scored twice: by lm-eval's model API (HFLM.loglikelihood) on the requests lm-eval's own
-ConfigurableTask.construct_requests builds from the displayed choices, and by the independent path
-(experiments/scoring.py). The two are joined on item identity and candidate token boundaries and must agree bit
-for bit; lm-eval's process_results (acc, acc_norm) on the official scores must agree with the metrics computed
+Every candidate is scored twice: by lm-eval's model API (HFLM.loglikelihood, one call over every request of the
+run) on the requests lm-eval's own ConfigurableTask.construct_requests builds from the displayed choices, and by the
+independent path (experiments/scoring.py) in the batches lm-eval forms for that call. The two are joined on item
+identity and candidate token boundaries and must agree bit for bit; lm-eval's process_results (acc, acc_norm) on the official scores must agree with the metrics computed
 here. Any disagreement stops the run (IdentityMismatch, exit 1).
 
 No run.py flag changes what it does (ctx.options is not read).
@@ -28,8 +28,6 @@ paired analysis -> evidence.
 import hashlib
 import json
 
-from tqdm import tqdm
-
 from experiments import official, parallel, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
@@ -38,7 +36,7 @@ from resources import ResourceError
 
 NAME = "options"
 CONFIG_SECTIONS = ("shared", "protocol", "options")
-EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device/dtype without that claim
+EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device without that claim
 DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 LABEL_NAMES = {0: "negative", 1: "positive"}
@@ -200,18 +198,31 @@ def check_official_prompt(parquet_path, config):
 
 
 # ---- the two paths ------------------------------------------------------------------------------------------
+# The unit both paths score and data parallelism assigns is one context of one item -- (idx, context key) with the
+# conditions that share it -- rather than the item: an item's official-prompt context and list contexts differ in
+# length and land in different batches, and a unit per context lets every rank take whole batches.
 
-def by_pair(per_item):
-    """{(idx, condition): value} from shard_map's {idx: {condition: value}}."""
-    return {(idx, name): v for idx, conds in per_item.items() for name, v in conds.items()}
+def scoring_units(items, conditions):
+    """[{"key": (idx, context key), "item", "conditions"}] in item order, then context order."""
+    keys = list(dict.fromkeys(context_key(c) for c in conditions))
+    return [{"key": (it["idx"], k), "item": it, "conditions": [c for c in conditions if context_key(c) == k]}
+            for it in items for k in keys]
 
 
-def per_idx(out):
-    """{idx: {condition: value}} from {(idx, condition): value} (the per-item shape parallel.shard_map gathers)."""
-    per_item = {}
-    for (idx, name), v in out.items():
-        per_item.setdefault(idx, {})[name] = v
-    return per_item
+def unit_key(unit):
+    return unit["key"]
+
+
+def unit_requests(unit):
+    """(key, where, context, candidates) of a unit: every candidate of its conditions, in condition order."""
+    it = unit["item"]
+    return (unit["key"], f"idx {it['idx']} {unit['key'][1]}", it["contexts"][unit["key"][1]],
+            [cand for c in unit["conditions"] for cand in c["candidates"]])
+
+
+def by_pair(per_unit):
+    """{(idx, condition): value} from shard_map's {(idx, context key): {condition: value}}."""
+    return {(key[0], name): v for key, conds in per_unit.items() for name, v in conds.items()}
 
 
 def summed(key):
@@ -219,75 +230,69 @@ def summed(key):
     return lambda metas, _: {**metas[0], key: sum(m[key] for m in metas)}
 
 
-def run_official(ctx, items, conditions):
+def run_official(ctx, units, group):
     """The official path, data parallel through parallel.shard_map: ({(idx, condition): candidates}, meta)."""
-    per_item, meta = parallel.shard_map(ctx, "official", items, lambda part: official_part(ctx, part, conditions),
-                                        combine=summed("n_requests"))
-    return by_pair(per_item), meta
+    per_unit, meta = parallel.shard_map(ctx, "official", units, lambda part: official_part(ctx, part),
+                                        key=unit_key, combine=summed("n_requests"), **group)
+    return by_pair(per_unit), meta
 
 
-def official_part(ctx, items, conditions):
+def official_part(ctx, units):
     """lm-eval builds the requests from the displayed choices (construct_requests), its HFLM scores them in one
     loglikelihood call, and its process_results computes acc and acc_norm from the official scores."""
     config = ctx.config
     lm = two_paths.load_official_model(ctx)
     keys, pairs = [], []
-    for it in items:
-        for c in conditions:
+    for u in units:
+        it = u["item"]
+        for c in u["conditions"]:
             reqs = official.multiple_choice_requests(c["choices"], it["conds"][c["name"]]["context"])
             for j, pair in enumerate(reqs):
-                keys.append((it["idx"], c["name"], j))
+                keys.append((u["key"], c["name"], j))
                 pairs.append(pair)
     with ctx.stages.stage("official"):
         results = official.loglikelihood(lm, pairs)
     out = {}
-    for (idx, name, j), pair, res in zip(keys, pairs, results):
-        out.setdefault((idx, name), []).append({"request": pair, "score": res[0], "is_greedy": res[1],
-                                                "boundary": official.encode_pair(lm, *pair)})
-    cond_by_name = {c["name"]: c for c in conditions}
-    by_idx = {it["idx"]: it for it in items}
-    for (idx, name), cands in out.items():
-        gold = by_idx[idx]["conds"][name]["gold"]
-        cands_metrics = official.multiple_choice_results(cond_by_name[name]["choices"], gold,
-                                                         [(c["score"], c["is_greedy"]) for c in cands])
-        for c in cands:
-            c["lm_eval"] = cands_metrics
+    for (key, name, j), pair, res in zip(keys, pairs, results):
+        out.setdefault(key, {}).setdefault(name, []).append({"request": pair, "score": res[0], "is_greedy": res[1],
+                                                             "boundary": official.encode_pair(lm, *pair)})
+    for u in units:
+        for c in u["conditions"]:
+            cands = out[u["key"]][c["name"]]
+            gold = u["item"]["conds"][c["name"]]["gold"]
+            metrics = official.multiple_choice_results(c["choices"], gold, [(x["score"], x["is_greedy"]) for x in cands])
+            for x in cands:
+                x["lm_eval"] = metrics
     meta = {
         "lm_eval_version": official.version(),
         "lm_eval_files_sha256": official.file_hashes(extra=[TASK_YAML]),
         "api": "HFLM.loglikelihood on the requests of ConfigurableTask.construct_requests (one minimal in-memory "
-               "multiple_choice task per displayed choice list); acc and acc_norm from its process_results",
+               "multiple_choice task per displayed choice list), every request of the run in one call; acc and "
+               "acc_norm from its process_results",
         "n_requests": len(pairs),
         **official.lm_facts(lm, ctx.inputs.model_dir, config),
     }
     del lm
-    return per_idx(out), meta
+    return out, meta
 
 
-def run_independent(ctx, items, conditions):
-    """The independent path, data parallel through parallel.shard_map: ({(idx, condition): scored}, meta)."""
-    per_item, meta = parallel.shard_map(ctx, "independent", items,
-                                        lambda part: independent_part(ctx, part, conditions),
-                                        combine=summed("forward_passes"))
-    return by_pair(per_item), meta
+def run_independent(ctx, units, group):
+    """The independent path, data parallel as the official path: ({(idx, condition): scored}, meta)."""
+    per_unit, meta = parallel.shard_map(ctx, "independent", units, lambda part: independent_part(ctx, part),
+                                        key=unit_key, combine=two_paths.combine_independent, **group)
+    return by_pair(per_unit), meta
 
 
-def independent_part(ctx, items, conditions):
-    config = ctx.config
+def independent_part(ctx, units):
+    """Every unit's candidates in lm-eval's batches for this part's requests, split back by condition."""
     model, tokenizer = two_paths.load_independent_model(ctx)
-    out, n_forward = {}, 0
-    with ctx.stages.stage("independent"):
-        for it in tqdm(items, desc="independent scoring (5 conditions)", unit="item"):
-            memo = {}  # one forward pass per distinct input sequence of this item
-            for c in conditions:
-                out[(it["idx"], c["name"])] = scoring.score_candidates(
-                    model, tokenizer, it["conds"][c["name"]]["context"], c["candidates"],
-                    config["max_input_tokens"], f"idx {it['idx']} {c['name']}", memo=memo)
-            n_forward += len(memo)
-    meta = {**two_paths.model_facts(model, tokenizer), "forward_passes": n_forward,
-            "forward_sharing": "candidates whose input sequence (context + candidate[:-1]) is identical share one "
-                               "forward pass (scoring.candidate_logprob_memo)"}
-    return per_idx(out), meta
+    scored, meta = two_paths.score_independent(ctx, model, tokenizer, [unit_requests(u) for u in units],
+                                               template_sha256(ctx.config), "independent scoring (5 conditions)")
+    out = {}
+    for u in units:
+        cands = iter(scored[u["key"]])
+        out[u["key"]] = {c["name"]: [next(cands) for _ in c["candidates"]] for c in u["conditions"]}
+    return out, meta
 
 
 # ---- join, compare, records ---------------------------------------------------------------------------------
@@ -444,7 +449,7 @@ def token_stats(records, conditions, items, official_meta, independent_meta):
     return {"per_condition": per, "n_items": len(items), "n_records": len(records),
             "n_candidates": every["n_candidates"], "input_tokens_per_candidate": every["input_tokens_per_candidate"],
             "official_requests": official_meta["n_requests"],
-            "independent_forward_passes": independent_meta["forward_passes"]}
+            "independent_forward_rows": independent_meta["batching"]["n_rows"]}
 
 
 def template_sha256(config):
@@ -480,26 +485,39 @@ def config_of(ctx, rows, idx_list, conditions, comparisons, task_fields, officia
     }
 
 
+def score_and_compare(ctx, items, conditions):
+    """Both paths on every item x condition and the exact comparison: (records, official meta, independent meta).
+    Raises IdentityMismatch on any difference. bench.py times this too."""
+    config = ctx.config
+    check_shared_contexts(items, conditions)
+    units = scoring_units(items, conditions)
+    group = two_paths.by_whole_batches(ctx, [unit_requests(u) for u in units], key=unit_key)
+    off, official_meta = run_official(ctx, units, group)
+    ind, independent_meta = run_independent(ctx, units, group)
+    parallel.scoring_done(ctx)
+    two_paths.check_same_loading(official_meta, independent_meta)
+    with ctx.stages.stage("compare"):
+        records, bad = make_records(items, conditions, off, ind)
+        if bad:
+            differing = sorted({tuple(b[0].split()) for b in bad if b[1] in ("scores", "pred_position")})
+            message = (two_paths.score_disagreement([(int(i), n) for i, n in differing], ind, config,
+                                                    "item x condition records") if differing else
+                       f"{len({b[0] for b in bad})} item x condition records differ between the official and "
+                       "independent paths")
+            raise IdentityMismatch(message, bad)
+    return records, official_meta, independent_meta
+
+
 def run(ctx):
-    config, stages = ctx.config, ctx.stages
+    config = ctx.config
     conditions = conditions_from_config(config)
     comparisons = [tuple(x) for x in config["options_comparisons"]]
     rows = load_rows(ctx.inputs.parquet_path)
     idx_list = select_items(config, ctx.split, len(rows))
     items = build_items(rows, idx_list, config, conditions)
-    check_shared_contexts(items, conditions)
     task_fields = check_official_prompt(ctx.inputs.parquet_path, config)
-
-    off, official_meta = run_official(ctx, items, conditions)
-    ind, independent_meta = run_independent(ctx, items, conditions)
-    parallel.scoring_done(ctx)
-    two_paths.check_same_loading(official_meta, independent_meta)
-    with stages.stage("compare"):
-        records, bad = make_records(items, conditions, off, ind)
-        if bad:
-            raise IdentityMismatch(f"{len({b[0] for b in bad})} item x condition records differ between the "
-                                   "official and independent paths", bad)
-        summary = summarise(records, conditions, comparisons, ctx.split)
+    records, official_meta, independent_meta = score_and_compare(ctx, items, conditions)
+    summary = summarise(records, conditions, comparisons, ctx.split)
 
     texts = [{"idx": it["idx"], "sentence": it["sentence"], "prompts": it["contexts"]} for it in items]
     return Result(config=config_of(ctx, rows, idx_list, conditions, comparisons, task_fields, official_meta,

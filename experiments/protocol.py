@@ -1,8 +1,10 @@
 """The official SST-2 protocol, scored twice (seed study 000).
 
 Every selected item is scored by lm-eval 0.4.9.2 with its installed glue/sst2 task, and by the independent path
-in experiments/scoring.py. The two are joined on item identity (doc id, sentence hash, prompt hash, candidate
-token boundaries) and must agree bit for bit on every candidate score; any disagreement stops the run (exit 1).
+in experiments/scoring.py, which forms the batches lm-eval forms for the same items (official_batch_size) and so
+presents the model with the same tensors. The two are joined on item identity (doc id, sentence hash, prompt hash,
+candidate token boundaries) and must agree bit for bit on every candidate score; any disagreement stops the run
+(exit 1).
 
 Flags it honours (ctx.options): no_sort_samples (indices_for_lm_eval), fast (also fast mode, compared with parity
 mode), no_cache (no result cache).
@@ -12,9 +14,7 @@ compare -> evidence.
 """
 import hashlib
 
-from tqdm import tqdm
-
-from experiments import fast_check, official, parallel, result_cache, scoring, stats, two_paths
+from experiments import fast_check, official, parallel, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
@@ -79,12 +79,18 @@ def indices_for_lm_eval(indices, sort=True):
     return indices[::-1], "--no-sort-samples: the rank order reversed (the rank order is already ascending)"
 
 
-def run_official(ctx, items):
+def units(items):
+    """What both paths score, per item: (idx, where, prompt, candidates)."""
+    return [(it["idx"], f"idx {it['idx']}", it["prompt"], it["candidates"]) for it in items]
+
+
+def run_official(ctx, items, group):
     """lm-eval with the installed task on the selected idx list (see indices_for_lm_eval for the order), data
-    parallel through parallel.shard_map (each rank runs lm-eval on its own part; one process: all of it)."""
+    parallel through parallel.shard_map (each rank runs lm-eval on its own part, whole batches of the one-process
+    plan: two_paths.by_whole_batches; one process: all of it)."""
     passed, order = indices_for_lm_eval([it["idx"] for it in items], sort=not ctx.options.no_sort_samples)
     per_doc, meta = parallel.shard_map(ctx, "official", items, lambda part: official_part(ctx, part),
-                                       combine=combine_official)
+                                       combine=combine_official, **group)
     samples = [v["sample"] for v in per_doc.values()]
     boundaries = {(idx, cand): tuple(b) for idx, v in per_doc.items() for cand, b in v["boundaries"]}
     meta.update(indices_passed_to_lm_eval=passed, indices_sorted=passed == sorted(passed), indices_order=order)
@@ -123,32 +129,21 @@ def combine_official(metas, per_doc):
     return {**metas[0], "reported_acc": official.aggregate("acc", [v["sample"]["acc"] for v in per_doc.values()])}
 
 
-def run_independent(ctx, items):
-    """Parity mode (scoring.py), each candidate score served from / stored into the result cache unless
-    --no-cache, data parallel through parallel.shard_map; with --fast (one process only), also fast mode
-    (fast_scoring.py) on the same loaded model. Returns (scores by idx, meta, fast results or None)."""
+def run_independent(ctx, items, group):
+    """Parity mode (scoring.py: lm-eval's batches), each forward batch served from / stored into the result cache
+    unless --no-cache, data parallel through parallel.shard_map as the official path; with --fast (one process
+    only), also fast mode (fast_scoring.py) on the same loaded model. Returns (scores by idx, meta, fast results or
+    None)."""
     fast = {}
     out, meta = parallel.shard_map(ctx, "independent", items, lambda part: independent_part(ctx, part, fast),
-                                   combine=result_cache.combine_part_meta)
+                                   combine=two_paths.combine_independent, **group)
     return out, meta, fast.get("runs")
 
 
 def independent_part(ctx, items, fast):
     """The independent scores of these items ({idx: scored candidates}, meta); fast["runs"] with --fast."""
-    config = ctx.config
     model, tokenizer = two_paths.load_independent_model(ctx)
-    cache = result_cache.open_for(ctx, "independent-parity", prompt_template_sha256(config))
-    out, n_cached, n_items_cached = {}, 0, 0
-    with ctx.stages.stage("independent"):
-        for n, it in enumerate(tqdm(items, desc="independent scoring", unit="item"), start=1):
-            out[it["idx"]], k = result_cache.score_candidates_cached(
-                cache, model, tokenizer, it["prompt"], it["candidates"], config["max_input_tokens"],
-                f"idx {it['idx']}", {"idx": it["idx"], "sentence_sha256": scoring.sha256_text(it["sentence"])})
-            n_cached += k
-            n_items_cached += k == len(it["candidates"])
-            result_cache.kill_hook(n)                 # test hook (EVAL_TEST_KILL_AFTER_ITEMS); no-op otherwise
-    cache_stats = result_cache.close_with_stats(cache, out, n_cached, n_items_cached)
-    meta = {**two_paths.model_facts(model, tokenizer), "result_cache": cache_stats}
+    out, meta = two_paths.score_independent(ctx, model, tokenizer, units(items), prompt_template_sha256(ctx.config))
     if ctx.options.fast:
         fast["runs"] = fast_check.run_fast(ctx, items, model, tokenizer)
     return out, meta
@@ -252,9 +247,10 @@ def score_and_compare(ctx, items):
     """Both paths, the identity join and the comparison: (records, texts, summary, official meta, independent
     meta). Raises IdentityMismatch on any difference."""
     config, stages = ctx.config, ctx.stages
-    samples, boundaries, official_meta = run_official(ctx, items)
+    group = two_paths.by_whole_batches(ctx, units(items))
+    samples, boundaries, official_meta = run_official(ctx, items, group)
     check_task_config(official_meta["dumped_task_config"], config)
-    independent, independent_meta, fast = run_independent(ctx, items)
+    independent, independent_meta, fast = run_independent(ctx, items, group)
     parallel.scoring_done(ctx)
     two_paths.check_same_loading(official_meta, independent_meta)
     with stages.stage("compare"):
@@ -263,8 +259,7 @@ def score_and_compare(ctx, items):
         tolerance = two_paths.agreement_tolerance(config)
         records, texts, bad = compare(items, official_by_idx, independent, tolerance)
         if bad:
-            raise IdentityMismatch(f"{len(bad)} items differ between the official and independent scores"
-                                   + (f" by more than the tolerance {tolerance}" if tolerance else ""), bad)
+            raise IdentityMismatch(two_paths.score_disagreement([b[0] for b in bad], independent, config), bad)
         summary = summarise(records, ctx.split, official_meta)
         summary["agreement_claim"] = two_paths.agreement_claim(config, summary["agreement"]["max_abs_diff"],
                                                                summary["agreement"]["n_prediction_mismatches"])

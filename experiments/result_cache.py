@@ -8,10 +8,13 @@ same (the identity contract in ARCHITECTURE.md):
                sections in its CONFIG_SECTIONS merged flat; + the scorer name), code sha256
                (evidence.code_sha256(): every top-level *.py but config.py, experiments/*.py and harness/*.py, so
                any code change misses; config.py's values enter through the scoring config, section by section),
-               library versions, and the platform (CPU model, torch's CPU capability): the same fp32 code can
-               round differently elsewhere.
-    item part  whatever identifies the request within the run; for a candidate score: idx, sentence sha256,
-               prompt sha256, candidate text, candidate token ids and their start.
+               library versions, and the platform: the CPU model and what chooses its kernels
+               (evidence.kernel_identity: MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY, the thread settings and the
+               other variables in evidence.KERNEL_ENV, torch's parallel info, the MKL and oneDNN builds): the same
+               code rounds differently under other kernels.
+    item part  whatever identifies the request within the run; for the scores of one forward batch
+               (batch_item): every row's input ids in batch order, and each candidate's row and token ids. A score
+               depends on its batch neighbours, so the batch, not the candidate, is the unit that is stored.
 
 The key is sha256 over the canonical JSON of both parts; change any one field and it misses. Each row also keeps
 the item part as JSON and a checksum sha256(key, item, value): a row whose checksum does not match, whose item
@@ -23,14 +26,14 @@ A damaged file (not SQLite, truncated, a malformed page, tables of another shape
 scoring (damage(): SQLite's integrity_check and the table shapes) and set aside as results.sqlite.corrupt-<time>
 with one warning (set_aside_if_corrupt); the run then builds a new cache and recomputes every score.
 
-Writes are committed per item (`with cache.batch(): ...`), so a killed run keeps every item it finished, and a
-rerun resumes where it stopped. `run.py --no-cache` bypasses the cache entirely (no reads, no writes).
+Writes are committed per forward batch (put_batch), so a killed run keeps every batch it finished, and a rerun
+resumes where it stopped. `run.py --no-cache` bypasses the cache entirely (no reads, no writes).
 
 What is cached, and what never is:
-- The independent path's parity-mode scores (one sequence per forward pass): a pure function of the identity.
+- The independent path's parity-mode scores (lm-eval's batches, scoring.score_batches): a pure function of the
+  identity and the batch.
 - Never the official path: the point of the protocol is that lm-eval recomputes every score in every run.
-- Never fast-mode scores (experiments/fast_scoring.py): with padding a score depends on its batch neighbours,
-  which are not part of an item's identity.
+- Never fast-mode scores (experiments/fast_scoring.py): its own batching is not keyed here.
 
 API (the protocol and MC-TACO experiments use it; another experiment can adopt it the same way):
 
@@ -38,14 +41,14 @@ API (the protocol and MC-TACO experiments use it; another experiment can adopt i
                          prompt_template_sha256=..., config=ctx.config, scorer="independent-parity")
     cache = ResultCache(path, ident)                 # or open_for(ctx, ...) / None with --no-cache
     value = cache.get(item)                          # None on a miss (also for a corrupted row)
-    with cache.batch():                              # one commit per item
+    with cache.batch():                              # one transaction
         cache.put(item, value)
+    cache.get_batch(rows, picks) / cache.put_batch(rows, picks, scores)
+                                                     # the hook scoring.score_batches calls, one commit per batch
     cache.stats()                                    # {"hits", "misses", "corrupted", "written", ...}
-    score_candidates_cached(cache, model, tokenizer, context, candidates, limit, where, item)
-        scoring.score_candidates with every candidate's score served from / stored into the cache.
 
-Test hook: with EVAL_TEST_KILL_AFTER_ITEMS=K in the environment, kill_hook(n) kills the process with SIGKILL
-once n == K items have been committed (used to show that a killed run resumes).
+Test hook: with EVAL_TEST_KILL_AFTER_BATCHES=K in the environment, the process kills itself with SIGKILL once K
+forward batches have been committed (used to show that a killed run resumes).
 """
 import hashlib
 import json
@@ -64,7 +67,7 @@ def scoring_config(config):
 
 
 DEFAULT_FILE = "results.sqlite"
-KILL_ENV = "EVAL_TEST_KILL_AFTER_ITEMS"
+KILL_ENV = "EVAL_TEST_KILL_AFTER_BATCHES"
 
 
 def canonical(obj):
@@ -80,9 +83,10 @@ def platform_identity():
 
     import torch
 
-    from experiments.evidence import cpu_model
+    from experiments.evidence import cpu_model, kernel_identity
 
-    return {"cpu": cpu_model(), "machine": platform.machine(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return {"cpu": cpu_model(), "machine": platform.machine(),
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "kernels": kernel_identity()}
 
 
 def run_identity(*, model_sha256, tokenizer_sha256, data_content_sha256, prompt_template_sha256, config, scorer,
@@ -175,6 +179,7 @@ class ResultCache:
         self.db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?)", (self.run_sha, self.run_json))
         self.counts = {"hits": 0, "misses": 0, "corrupted": 0, "written": 0}
         self.corrupted_items = []
+        self.committed_batches = 0
         self._in_batch = False
 
     def key(self, item):
@@ -233,6 +238,17 @@ class ResultCache:
         finally:
             self._in_batch = False
 
+    def get_batch(self, rows, picks):
+        """The stored scores of one forward batch ([score per pick]), or None (scoring.score_batches' hook)."""
+        return self.get(batch_item(rows, picks))
+
+    def put_batch(self, rows, picks, scores):
+        """Store one computed batch, committed at once (a killed run keeps every batch it finished)."""
+        with self.batch():
+            self.put(batch_item(rows, picks), list(scores))
+        self.committed_batches += 1
+        kill_hook(self.committed_batches)
+
     def stats(self):
         return {"enabled": True, "path": str(self.path), "run_identity_sha256": self.run_sha, **self.counts,
                 "corrupted_items": self.corrupted_items[:20]}
@@ -262,44 +278,15 @@ def open_for(ctx, scorer, prompt_template_sha256, extra=None):
         return ResultCache(path, run)
 
 
-def candidate_item(base, context, candidate, ctx_ids, cand_ids):
-    """The item part of a candidate score: the caller's fields (idx, sentence sha256, ...) + prompt and tokens."""
-    return {**base, "prompt_sha256": sha256_text(context), "candidate": candidate, "start": len(ctx_ids),
-            "token_ids": list(cand_ids)}
-
-
-def score_candidates_cached(cache, model, tokenizer, context, candidates, limit, where, item):
-    """scoring.score_candidates (parity mode), each candidate's score served from / stored into `cache`.
-
-    Tokenisation and checks always run (they are cheap and the identity join needs them); only the forward pass
-    of a candidate found in the cache is skipped. The computed value is scoring.candidate_logprob's float, with
-    one forward pass per distinct input among the candidates not in the cache (scoring.candidate_logprob_memo).
-    With cache None (--no-cache) it is scoring.score_candidates itself, and nothing comes from the cache."""
-    from experiments import scoring
-
-    if cache is None:
-        return scoring.score_candidates(model, tokenizer, context, candidates, limit, where), 0
-    scored, new, n_cached, memo = [], [], 0, {}
-    for cand in candidates:
-        ctx_ids, cand_ids = scoring.encode_pair(tokenizer, context, cand, where)
-        scoring.check_length(len(ctx_ids) + len(cand_ids), limit, where)
-        key_item = candidate_item(item, context, cand, ctx_ids, cand_ids)
-        score = cache.get(key_item)
-        if score is None:
-            score = scoring.candidate_logprob_memo(model, ctx_ids, cand_ids, memo)
-            new.append((key_item, score))
-        else:
-            n_cached += 1
-        scored.append({"text": cand, "token_ids": cand_ids, "start": len(ctx_ids), "score": score})
-    if new:
-        with cache.batch():            # one short write transaction per item
-            for key_item, score in new:
-                cache.put(key_item, score)
-    return scored, n_cached
+def batch_item(rows, picks):
+    """The item part of one forward batch: the sha256 of its rows' input ids (in batch order), their count, and
+    each candidate's [row, token ids] (picks, in the batch's own order)."""
+    return {"rows_sha256": sha256_text(canonical([list(r) for r in rows])), "n_rows": len(rows),
+            "picks": [[int(row), [int(t) for t in cand]] for row, cand in picks]}
 
 
 def close_with_stats(cache, scored, n_cached, n_items_cached):
-    """The result-cache counts of one scoring pass ({idx: scored candidates}; None cache: --no-cache), with the
+    """The result-cache counts of one scoring pass ({key: scored candidates}; None cache: --no-cache), with the
     candidate scores served from it and computed; closes the cache."""
     n_cands = sum(len(v) for v in scored.values())
     stats = disabled_stats() if cache is None else cache.stats()
@@ -310,10 +297,10 @@ def close_with_stats(cache, scored, n_cached, n_items_cached):
     return stats
 
 
-def kill_hook(n_items_done):
-    """Test hook: SIGKILL this process once n_items_done reaches EVAL_TEST_KILL_AFTER_ITEMS (when it is set)."""
+def kill_hook(n_done):
+    """Test hook: SIGKILL this process once n_done batches are committed and EVAL_TEST_KILL_AFTER_BATCHES is n_done."""
     k = os.environ.get(KILL_ENV)
-    if k is not None and n_items_done == int(k):
+    if k is not None and n_done == int(k):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

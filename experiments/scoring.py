@@ -12,15 +12,19 @@ tokens at the end (add_eos_token) is refused: the candidate boundary would then 
 
 Context and context+candidate are tokenised together and the context tokens must be a prefix of the whole;
 a context ending in whitespace is refused (the boundary would be ambiguous). Inputs longer than the configured
-limit are an error, never truncated. One sequence per forward pass: no padding, no attention mask needed.
+limit are an error, never truncated.
 
-One forward pass per distinct input, as lm-eval's HFLM runs it (its Collator with group_by="contexts" keys a
-request by context + continuation[:-1], runs one request per key and reads every other one from the same
-log-probabilities): candidates whose input ids (context + candidate but its last token) are identical -- every
-one-token candidate after one context, say -- share one pass. Each candidate's score is read from the last
-len(candidate) rows of its input's log-probabilities, the rows a pass of its own would have given: the input
-tensor is the same, so the score is bit for bit the same (tests/test_scoring.py compares it with
-candidate_logprob, one pass per candidate, on the real model).
+Why the model sees lm-eval's batches (parity mode). A CPU matrix kernel may split a matrix differently by its shape
+and by the thread count, so the same row can round differently alone and inside a padded batch (measured: up to
+6.9e-5 nats on an AVX-512 Xeon at 2 threads; nothing on the AMD EPYC here in float32, 0.031 in float16). Agreement
+with lm-eval is therefore made by construction, not hoped for: this path forms, from its own reading of how
+lm-eval 0.4.9.2's HFLM batches loglikelihood requests (SOURCE_MAP.md, "Batches"), the same padded input tensors
+and sends them through the same operations -- model(ids).logits, log_softmax over the vocabulary, the
+continuation rows, gather, sum -- so every score is the same float on any CPU, thread count and dtype
+(`lm_eval_batches`, `score_batches`). At batch size 1 that is one unpadded sequence per forward pass.
+
+`candidate_logprob` is the definition itself, one pass per candidate: the tests compare it with the batched path
+at batch size 1, where the tensors are the same.
 """
 import hashlib
 
@@ -103,35 +107,11 @@ def check_length(n_tokens, limit, where=""):
 
 @torch.no_grad()
 def candidate_logprob(model, ctx_ids, cand_ids):
-    """Sum of the candidate tokens' log-probabilities, each predicted from everything before it."""
+    """Sum of the candidate tokens' log-probabilities, each predicted from everything before it (one pass, batch 1)."""
     inp = torch.tensor([(ctx_ids + cand_ids)[:-1]], dtype=torch.long, device=model.device)
     logprobs = torch.log_softmax(model(inp).logits, dim=-1)[0]       # [L-1, vocab], in the model's dtype
     first = len(ctx_ids) - 1                                        # position that predicts the first candidate token
     rows = logprobs[first:first + len(cand_ids)]
-    index = torch.tensor(cand_ids, dtype=torch.long, device=model.device).unsqueeze(1)
-    picked = torch.gather(rows, 1, index).squeeze(1)
-    return float(picked.sum())
-
-
-def input_key(ctx_ids, cand_ids):
-    """The ids the model sees for this candidate: context + candidate but its last token (lm-eval's group key)."""
-    return tuple(ctx_ids) + tuple(cand_ids[:-1])
-
-
-@torch.no_grad()
-def candidate_logprob_memo(model, ctx_ids, cand_ids, memo):
-    """candidate_logprob with the forward pass memoised on the exact input ids (input_key).
-
-    The same computation as candidate_logprob, run once per distinct input sequence: candidates that leave the
-    model the identical input read their tokens' log-probabilities from the same rows (the last len(cand_ids)
-    rows of the input, which is where candidate_logprob reads them too). The caller owns `memo` (a dict; its
-    size is the number of forward passes run) and drops it when the contexts change."""
-    key = input_key(ctx_ids, cand_ids)
-    if key not in memo:
-        inp = torch.tensor([list(key)], dtype=torch.long, device=model.device)
-        memo[key] = torch.log_softmax(model(inp).logits, dim=-1)[0]       # [L-1, vocab], in the model's dtype
-    first = len(ctx_ids) - 1
-    rows = memo[key][first:first + len(cand_ids)]
     index = torch.tensor(cand_ids, dtype=torch.long, device=model.device).unsqueeze(1)
     picked = torch.gather(rows, 1, index).squeeze(1)
     return float(picked.sum())
@@ -146,17 +126,138 @@ def argmax_first(scores):
     return best
 
 
-def score_candidates(model, tokenizer, context, candidates, limit, where="", memo=None):
-    """Score every candidate of one item: token ids, start boundary and summed log-probability for each.
+# ---- lm-eval's batches ---------------------------------------------------------------------------------------
 
-    One forward pass per distinct input sequence (candidate_logprob_memo): the candidates of this call share a
-    fresh memo, or `memo` (a dict owned by the caller) when several calls share inputs (the options experiment's
-    conditions over one list prompt)."""
-    memo = {} if memo is None else memo
-    scored = []
-    for cand in candidates:
-        ctx_ids, cand_ids = encode_pair(tokenizer, context, cand, where)
-        check_length(len(ctx_ids) + len(cand_ids), limit, where)
-        score = candidate_logprob_memo(model, ctx_ids, cand_ids, memo)
-        scored.append({"text": cand, "token_ids": cand_ids, "start": len(ctx_ids), "score": score})
-    return scored
+BATCH_RULE = ("lm-eval 0.4.9.2 HFLM loglikelihood batches, formed independently: one forward row per distinct "
+              "input (context + candidate without its last token); rows longest first, equal lengths by token ids "
+              "ascending; consecutive chunks of batch_size rows; each right-padded with id 0 to its longest row, "
+              "no attention mask; log_softmax over the vocabulary of the whole batch; a candidate's score is the "
+              "sum of its tokens' log-probabilities read from the last len(candidate) positions of its row")
+
+
+class BatchPlan:
+    """How lm-eval batches one loglikelihood call (lm_eval_batches): `rows` (input ids, in lm-eval's order),
+    `batches` ([start, end) ranges into rows), `row_of` (each request's row) and `batch_of` (each row's batch)."""
+
+    def __init__(self, rows, batch_size, row_of):
+        self.rows, self.batch_size, self.row_of = rows, batch_size, row_of
+        self.batches = [(lo, min(lo + batch_size, len(rows))) for lo in range(0, len(rows), batch_size)]
+        self.batch_of = [b for b, (lo, hi) in enumerate(self.batches) for _ in range(lo, hi)]
+
+    def where(self, request):
+        """[batch, row within the batch] of a request: where its score sits in the tensors."""
+        row = self.row_of[request]
+        b = self.batch_of[row]
+        return [b, row - self.batches[b][0]]
+
+    def shapes(self):
+        """[rows, padded length] of every batch."""
+        return [[hi - lo, len(self.rows[lo])] for lo, hi in self.batches]
+
+
+def lm_eval_batches(requests, batch_size):
+    """The batches lm-eval's HFLM forms for one loglikelihood call over `requests` [(context ids, candidate ids)].
+
+    1. A request's forward input is context + candidate without its last token. Requests with the same input (every
+       one-token candidate after one context, or the same text twice) share one row: HFLM's Collator groups by
+       exactly this key (group_by="contexts", which HFLM uses with logits_cache, its default).
+    2. Rows are ordered by HFLM's sort key on context + candidate: longer first, then the token ids ascending. Two
+       rows of one length differ somewhere before their last token, so ordering the rows themselves by (-length,
+       ids) is the same order, and it is total: the plan depends only on the set of requests, not their order.
+    3. Consecutive chunks of batch_size rows form the batches (the last may be short).
+    The set of requests must be the set lm-eval receives in that call: a different set is a different plan."""
+    if batch_size < 1:
+        raise ScoringError(f"batch size {batch_size}: expected 1 or more")
+    keys = [tuple(ctx) + tuple(cand[:-1]) for ctx, cand in requests]
+    rows = sorted(set(keys), key=lambda k: (-len(k), k))
+    index = {k: n for n, k in enumerate(rows)}
+    return BatchPlan(rows, batch_size, [index[k] for k in keys])
+
+
+@torch.no_grad()
+def batch_logprobs(model, rows):
+    """log_softmax of the logits of one batch, as HFLM computes them: the rows right-padded with id 0 to the
+    longest, the model called on the ids alone (the causal mask keeps the pads after every real position),
+    log_softmax over the vocabulary of the whole [rows, length, vocab] tensor in the model's dtype."""
+    width = max(len(r) for r in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+    return torch.log_softmax(model(ids.to(model.device)).logits, dim=-1)
+
+
+def read_score(logprobs, row, row_len, cand_ids):
+    """One candidate's summed log-probability from its row of a batch: the last len(cand_ids) real positions,
+    gathered and summed in the shapes HFLM uses ([1, n, vocab] -> [1, n] -> a sum)."""
+    n = len(cand_ids)
+    picked = logprobs[row, row_len - n:row_len].unsqueeze(0)
+    index = torch.tensor(cand_ids, dtype=torch.long, device=picked.device).view(1, n, 1)
+    return float(torch.gather(picked, 2, index).squeeze(-1).sum())
+
+
+def score_batches(model, plan, requests, cache=None, progress=None):
+    """Every request's score, batch by batch as `plan` says: ([score per request], [served from the cache?]).
+
+    cache (optional): an object with get_batch(rows, picks) -> [score] or None and put_batch(rows, picks, scores)
+    (experiments/result_cache.py). A batch is served whole or computed whole: a row's score depends on its batch,
+    so a batch is never partly recomputed. progress: called with the number of requests each batch finished."""
+    members = [[] for _ in plan.batches]
+    for n in range(len(requests)):
+        members[plan.batch_of[plan.row_of[n]]].append(n)
+    scores, cached = [None] * len(requests), [False] * len(requests)
+    for b, (lo, hi) in enumerate(plan.batches):
+        rows = plan.rows[lo:hi]
+        picks = [[plan.row_of[n] - lo, list(requests[n][1])] for n in members[b]]
+        got = cache.get_batch(rows, picks) if cache is not None else None
+        if got is None:
+            logprobs = batch_logprobs(model, rows)
+            got = [read_score(logprobs, row, len(rows[row]), cand) for row, cand in picks]
+            del logprobs
+            if cache is not None:
+                cache.put_batch(rows, picks, got)
+        else:
+            for n in members[b]:
+                cached[n] = True
+        for n, s in zip(members[b], got):
+            scores[n] = s
+        if progress is not None:
+            progress(len(members[b]))
+    return scores, cached
+
+
+def encode_items(tokenizer, items, limit):
+    """[(where, context, candidates)] -> the (context ids, candidate ids) of every candidate, item by item."""
+    requests = []
+    for where, context, candidates in items:
+        for cand in candidates:
+            ctx_ids, cand_ids = encode_pair(tokenizer, context, cand, where)
+            check_length(len(ctx_ids) + len(cand_ids), limit, where)
+            requests.append((ctx_ids, cand_ids))
+    return requests
+
+
+def score_items(model, tokenizer, items, limit, batch_size, cache=None, progress=None):
+    """Score every candidate of every item [(where, context, candidates)] in lm-eval's batches for this whole set
+    of items (one loglikelihood call of lm-eval over the same requests).
+
+    Returns ([[{"text", "token_ids", "start", "score", "batch": [batch, row]}] per item], plan, served) with
+    served[k] True for the k-th candidate overall if its batch came from the cache."""
+    requests = encode_items(tokenizer, items, limit)
+    plan = lm_eval_batches(requests, batch_size)
+    scores, served = score_batches(model, plan, requests, cache, progress)
+    out, k = [], 0
+    for _, _, candidates in items:
+        scored = []
+        for cand in candidates:
+            ctx_ids, cand_ids = requests[k]
+            scored.append({"text": cand, "token_ids": cand_ids, "start": len(ctx_ids), "score": scores[k],
+                           "batch": plan.where(k)})
+            k += 1
+        out.append(scored)
+    return out, plan, served
+
+
+def score_candidates(model, tokenizer, context, candidates, limit, where="", batch_size=1):
+    """The candidates of one item scored alone (a loglikelihood call of just these requests)."""
+    scored, _, _ = score_items(model, tokenizer, [(where, context, candidates)], limit, batch_size)
+    return scored[0]

@@ -1,14 +1,15 @@
 """What the experiments that score every candidate twice share: loading each path's model, the check that both
-loaded it the same way, the identity join of lm-eval's logged samples to the items, the per-item comparison of the
-two paths' scores, and the agreement and token-count figures.
+loaded it the same way, the independent path in lm-eval's batches (with the result cache), the data-parallel
+assignment by whole batches, the identity join of lm-eval's logged samples to the items, the per-item comparison of
+the two paths' scores, the message when they still disagree, and the agreement and token-count figures.
 
-protocol and mctaco use all of it; options uses the model loading, the loading check, the agreement figures and the
-token counts (its official path is lm-eval's model API, so there are no logged samples to join); extraction the
-model loading and the loading check.
+protocol and mctaco use all of it; options uses all but the join of logged samples (its official path is lm-eval's
+model API, so there are no logged samples to join); extraction the model loading and the loading check.
 """
+from tqdm import tqdm
 
-from experiments import official, parallel, scoring
-from experiments.evidence import IdentityMismatch
+from experiments import official, parallel, result_cache, scoring
+from experiments.evidence import IdentityMismatch, kernel_identity, kernel_summary
 from resources import ResourceError
 
 LOADING_KEYS = ("model_dtype", "attn_implementation", "torch_threads", "device")
@@ -48,8 +49,9 @@ def model_facts(model, tokenizer=None):
 
 
 def agreement_tolerance(config):
-    """0.0 (the exact claim) on cpu in float32; else config.py's agreement_tolerance for the dtype."""
-    if config["device"] == "cpu" and config["dtype"] == "float32":
+    """0.0 (the exact claim) on cpu, in every dtype: both paths run the same tensors through the same CPU kernels.
+    On cuda, config.py's agreement_tolerance for the dtype (GPU kernels are not checked here: no GPU)."""
+    if config["device"] == "cpu":
         return 0.0
     return config["agreement_tolerance"][config["dtype"]]
 
@@ -57,10 +59,10 @@ def agreement_tolerance(config):
 def agreement_claim(config, max_abs_diff, n_prediction_mismatches):
     """summary["agreement_claim"]: what the run claims about official vs independent on this device and dtype.
 
-    cpu + float32: "exact" (every score bit-identical and every argmax equal; the tolerance is 0). Elsewhere
-    (cuda, or a reduced dtype) kernels need not be bit-identical between two call sites, so the claim is "within
-    tolerance": the measured max abs diff against config.py's agreement_tolerance for the dtype; predictions may
-    then differ where two candidates are closer than the tolerance, and are counted, not claimed equal."""
+    cpu, any dtype: "exact" (every score bit-identical and every argmax equal; the tolerance is 0): the two paths
+    present the model with the same batches (scoring.lm_eval_batches). On cuda the claim is "within tolerance":
+    the measured max abs diff against config.py's agreement_tolerance for the dtype; predictions may then differ
+    where two candidates are closer than the tolerance, and are counted, not claimed equal."""
     tolerance = agreement_tolerance(config)
     exact = tolerance == 0.0
     passed = max_abs_diff <= tolerance and (n_prediction_mismatches == 0 or not exact)
@@ -75,6 +77,98 @@ def check_same_loading(official_meta, independent_meta, keys=LOADING_KEYS,
     bad = [(None, k, official_meta[k], independent_meta[k]) for k in keys if official_meta[k] != independent_meta[k]]
     if bad:
         raise IdentityMismatch(message, bad)
+
+
+# ---- the independent path in lm-eval's batches ----------------------------------------------------------------
+
+def batching_facts(plan):
+    """config.json's independent "batching": the rule, the batch size and the shape of every batch."""
+    return {"rule": scoring.BATCH_RULE, "batch_size": plan.batch_size, "n_requests": len(plan.row_of),
+            "n_rows": len(plan.rows), "n_batches": len(plan.batches), "shapes": plan.shapes()}
+
+
+def combine_batching(parts):
+    """The batching facts of one call scored in parts that are whole batches of its one-process plan (batch_groups):
+    the counts summed, the shapes back in plan order (longest first; the one short batch is the plan's last)."""
+    shapes = sorted((s for p in parts for s in p["shapes"]), key=lambda s: (-s[1], -s[0]))
+    return {**parts[0], "shapes": shapes, **{k: sum(p[k] for p in parts) for k in ("n_requests", "n_rows", "n_batches")}}
+
+
+def combine_independent(metas, scored):
+    """parallel.shard_map's combine for an independent path's meta: the first part's, with the result cache counts
+    and the batching facts of all parts."""
+    return {**metas[0], "result_cache": result_cache.combine_stats([m["result_cache"] for m in metas]),
+            "batching": combine_batching([m["batching"] for m in metas])}
+
+
+def score_independent(ctx, model, tokenizer, units, prompt_template_sha256, desc="independent scoring"):
+    """The independent path on one part: every unit (key, where, context, candidates) scored in lm-eval's batches
+    at official_batch_size over exactly these units -- the requests lm-eval gets for the same part -- each forward
+    batch served from / stored into the result cache unless --no-cache. Returns ({key: scored candidates}, meta)."""
+    config = ctx.config
+    cache = result_cache.open_for(ctx, "independent-parity", prompt_template_sha256)
+    with ctx.stages.stage("independent"), tqdm(total=sum(len(u[3]) for u in units), desc=desc,
+                                               unit="cand") as bar:
+        scored, plan, served = scoring.score_items(model, tokenizer, [u[1:] for u in units],
+                                                   config["max_input_tokens"], config["official_batch_size"], cache,
+                                                   bar.update)
+    out, k, n_items_cached = {}, 0, 0
+    for unit, cands in zip(units, scored):
+        out[unit[0]] = cands
+        n_items_cached += all(served[k:k + len(cands)])
+        k += len(cands)
+    stats = result_cache.close_with_stats(cache, out, sum(served), n_items_cached)
+    return out, {**model_facts(model, tokenizer), "result_cache": stats, "batching": batching_facts(plan)}
+
+
+def by_whole_batches(ctx, units, key=lambda item: item["idx"]):
+    """parallel.shard_map's keyword arguments for a scoring call whose units are (key, where, context, candidates):
+    each item goes with its unit's share of the one-process plan, so every rank or shard gets whole batches of it
+    and its lm-eval call forms exactly the batches one process forms. Batches that one unit's rows span form one
+    group; the k-th group in plan order goes to rank k mod N. A rank or shard may get none (fewer groups than
+    ranks: a smoke run is one batch). {} in one process, where every unit is scored together."""
+    if parallel.PLAN.mode == "single":
+        return {}
+    from adapter import load_tokenizer
+
+    tokenizer = load_tokenizer(ctx.inputs.model_dir)
+    requests = scoring.encode_items(tokenizer, [u[1:] for u in units], ctx.config["max_input_tokens"])
+    plan = scoring.lm_eval_batches(requests, ctx.config["official_batch_size"])
+    root = list(range(len(plan.batches)))
+
+    def find(b):
+        while root[b] != b:
+            root[b] = root[root[b]]
+            b = root[b]
+        return b
+
+    k, first = 0, {}
+    for unit in units:
+        batches = sorted({plan.batch_of[plan.row_of[k + j]] for j in range(len(unit[3]))})
+        k += len(unit[3])
+        for b in batches[1:]:
+            root[find(b)] = find(batches[0])
+        first[unit[0]] = batches[0]
+    lowest = {}
+    for b in range(len(root)):
+        lowest.setdefault(find(b), b)              # a group is named by its first batch in plan order
+    group = {u: lowest[find(b)] for u, b in first.items()}
+    return {"group": lambda item: group[key(item)], "may_be_empty": True}
+
+
+def score_disagreement(keys, independent, config, noun="items"):
+    """The message of IdentityMismatch when the two paths' scores differ although both ran the same batches: in
+    one line, what differed (the kernels, threads, dtype, and the batches of the differing units) and what to try.
+    keys: the differing units' keys in `independent` ({key: scored candidates with their "batch"})."""
+    batches = sorted({c["batch"][0] for k in keys if k in independent for c in independent[k]})
+    tolerance = agreement_tolerance(config)
+    return (f"{len(keys)} {noun} differ between the official and independent scores"
+            + (f" by more than the tolerance {tolerance}" if tolerance else "")
+            + f" although both paths ran the same batches (batch size {config['official_batch_size']}; the "
+            f"differing ones sat in batch(es) {batches[:10]}{' ...' if len(batches) > 10 else ''}) under "
+            f"{kernel_summary(kernel_identity())}, {config['device']} {config['dtype']}: a kernel rounded the same "
+            "tensor differently in the two calls. Try --threads 1, or MKL_CBWR=COMPATIBLE in the environment; if "
+            "it persists, report this line with O/environment.json")
 
 
 # ---- the identity join of logged samples ---------------------------------------------------------------------

@@ -29,42 +29,51 @@ def test_bench_refuses_a_bad_data_file_in_one_line(tmp_path):
 
 
 def test_bench_method_names(tmp_path):
-    """lm_eval_b<N> and fast_b<N> pass the --methods check (and reach the cache check); other names do not.
+    """lm_eval_b<N>, parity_b<N> and fast_b<N> pass the --methods check (and reach the cache check); other names do not.
     Through the command line: nothing imports bench.py."""
-    for methods in ("lm_eval_b0", "lm_eval_bx", "fast_b", "dual2", "parity,nope"):
+    for methods in ("lm_eval_b0", "lm_eval_bx", "fast_b", "dual2", "parity,nope", "parity_b0"):
         proc = run_cli("bench.py", "--cache", tmp_path, "--methods", methods)
         assert proc.returncode == 2 and "--methods" in proc.stderr, methods
-    proc = run_cli("bench.py", "--cache", tmp_path, "--methods", "lm_eval_b32,fast_b8,dual,options")
+    proc = run_cli("bench.py", "--cache", tmp_path, "--methods", "lm_eval_b32,parity_b32,fast_b8,dual,options")
     assert proc.returncode == 2 and "--methods" not in proc.stderr and "no prepared cache" in proc.stderr
 
 
 @pytest.mark.slow
 def test_bench_runs_every_method_on_a_data_file_and_writes_bench_json(tiny_cache, tmp_path):
-    """Every method on the tiny random model, 4 rows of a file read directly: the table, the ratios to lm-eval,
-    the floor, the dual run's exact official-vs-independent comparison (the experiments' own code), options."""
+    """Every method on the tiny random model, 20 rows of a file read directly (two batches at 16): the table, the
+    ratios to lm-eval, the floor, each lm-eval batch size against the parity path at that batch size (the same
+    tensors: bit for bit), the dual run's exact official-vs-independent comparison (the experiments' own code),
+    options."""
     out, data = tmp_path / "bench.json", REPO / "fixtures" / "reviews_872_dev.tsv"
-    proc = run_cli("bench.py", "--cache", tiny_cache, "--model", "tiny-random-llama", "--n", "4", "--out", out,
+    proc = run_cli("bench.py", "--cache", tiny_cache, "--model", "tiny-random-llama", "--n", "20", "--out", out,
                    "--data-file", data, "--sgemm-size", "256")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     b = json.loads(out.read_text())
     rows = {r["method"]: r for r in b["table"]}
-    assert list(rows) == ["lm_eval_b1", "lm_eval_b16", "parity", "fast", "dual", "options"]
+    assert list(rows) == ["lm_eval_b1", "lm_eval_b16", "parity_b1", "parity", "fast", "dual", "options"]
     import resources
 
-    assert b["data"] == "file:reviews_872_dev.tsv" and b["idx"] == [0, 1, 2, 3]
+    assert b["data"] == "file:reviews_872_dev.tsv" and b["idx"] == list(range(20))
     assert b["data_content_sha256"] == resources.content_sha256(resources.read_glue_tsv(data))
-    assert b["work"]["n_items"] == 4 and b["work"]["R_rows"] == 4
+    assert b["work"]["n_items"] == 20 and b["work"]["R_rows"] == 20
     assert b["work"]["T_tokens"] == b["work"]["context_tokens"]            # one-token candidates: contexts only
     fm = b["flop_model"]
-    assert b["flops"] == 2 * fm["n_nonemb_matmul_params"] * b["work"]["T_tokens"] + 2 * fm["d_model"] * fm["vocab"] * 4
+    assert b["flops"] == 2 * fm["n_nonemb_matmul_params"] * b["work"]["T_tokens"] + 2 * fm["d_model"] * fm["vocab"] * 20
     for m, r in rows.items():
         assert r["peak_rss_mib"] > 0 and r["failure"] is None
         # wall_s is stored rounded (0.01 s) and the tiny model's times are fractions of a second: allow the rounding
         assert r["x_lm_eval_b1"] == pytest.approx(r["wall_s"] / rows["lm_eval_b1"]["wall_s"], rel=0.05, abs=0.01)
-        if m != "options":
-            assert r["vs_parity_n_argmax_changes"] == 0
-    assert rows["dual"]["official_vs_independent"]["n_scores_equal"] == 8 == rows["dual"]["vs_parity_n_scores_equal"]
+        if m not in ("options", "parity"):
+            assert r["argmax_changes_vs_parity"] == 0
+    # like with like: lm-eval at batch N against the independent path at batch N, every score bit for bit
+    assert (rows["lm_eval_b1"]["compared_with"], rows["lm_eval_b16"]["compared_with"]) == ("parity_b1", "parity")
+    for m in ("lm_eval_b1", "lm_eval_b16"):
+        assert rows[m]["vs_ref_max_abs_diff"] == 0.0 and rows[m]["vs_ref_n_scores_equal"] == 40, m
+    assert rows["fast"]["compared_with"] == "parity" and rows["fast"]["vs_ref_n_argmax_changes"] == 0
+    assert rows["dual"]["official_vs_independent"]["n_scores_equal"] == 40
     assert rows["dual"]["official_batch_size"] == b["official_batch_size"]
     assert rows["dual"]["x_flop_floor"] == pytest.approx(rows["dual"]["wall_s"] / (2 * b["flop_floor_s"]), rel=0.05)
-    assert b["work_done"]["parity"]["forward_passes"] == 4                 # one per distinct input
+    assert b["work_done"]["parity"]["forward_passes"] == 20                # one per distinct input
+    assert (b["work_done"]["parity"]["batches"], b["work_done"]["parity_b1"]["batches"]) == (2, 20)
+    assert b["targets"]["lm_eval_equals_parity_at_each_batch_size"] and b["targets"]["dual_bit_exact"]
     assert "FLOP floor = 2 * N_nonemb * T + 2 * d_model * V * R" in proc.stdout and "targets:" in proc.stdout

@@ -30,11 +30,14 @@ def base_run():
     return run_identity(model_sha256="m" * 64, tokenizer_sha256="t" * 64, data_content_sha256="d" * 64,
                         prompt_template_sha256="p" * 64, config=BASE_CONFIG, scorer="independent-parity",
                         code_sha256="c" * 64, versions={"torch": "2.0", "transformers": "4.0"},
-                        platform={"cpu": "X", "machine": "x86_64", "torch_cpu_capability": "AVX512"})
+                        platform={"cpu": "X", "machine": "x86_64", "torch_cpu_capability": "AVX512",
+                                  "kernels": {"env": {"MKL_ENABLE_INSTRUCTIONS": None}, "parallel_info": "x",
+                                              "mkl": "Intel(R) oneAPI MKL Version 2024.2"}})
 
 
-BASE_ITEM = {"idx": 7, "sentence_sha256": "s" * 64, "prompt_sha256": "q" * 64, "candidate": " negative",
-             "start": 12, "token_ids": [3524]}
+ROWS = [[5, 6, 7, 8, 9], [5, 6, 7, 1]]             # one forward batch: its rows' input ids, longest first
+PICKS = [[0, [3524]], [0, [2731]], [1, [3524]]]       # each candidate's row and token ids
+BASE_ITEM = result_cache.batch_item(ROWS, PICKS)
 
 RUN_CHANGES = [
     ("model sha", lambda r: r.update(model_sha256="n" * 64)),
@@ -44,17 +47,20 @@ RUN_CHANGES = [
     ("code hash", lambda r: r.update(code_sha256="b" * 64)),
     ("library version", lambda r: r["versions"].update(torch="2.1")),
     ("platform", lambda r: r["platform"].update(torch_cpu_capability="AVX2")),
+    ("a kernel variable", lambda r: r["platform"]["kernels"]["env"].update(MKL_ENABLE_INSTRUCTIONS="AVX2")),
+    ("torch's parallel info", lambda r: r["platform"]["kernels"].update(parallel_info="at::get_num_threads() : 3")),
+    ("the MKL build", lambda r: r["platform"]["kernels"].update(mkl="Intel(R) oneAPI MKL Version 2025.0")),
     ("scorer", lambda r: r.update(scorer="independent-fast")),
     ("scoring config: a new key", lambda r: r["scoring_config"].update(new_setting=1)),
 ] + [(f"scoring config {k}", (lambda k: lambda r: r["scoring_config"].update({k: "changed"}))(k))
      for k in BASE_CONFIG]
-ITEM_CHANGES = [
-    ("idx", lambda i: i.update(idx=8)),
-    ("sentence sha", lambda i: i.update(sentence_sha256="z" * 64)),
-    ("prompt sha", lambda i: i.update(prompt_sha256="y" * 64)),
-    ("candidate text", lambda i: i.update(candidate=" positive")),
-    ("candidate token ids", lambda i: i.update(token_ids=[2731])),
-    ("candidate start", lambda i: i.update(start=13)),
+ITEM_CHANGES = [      # a score depends on every row of its batch: each of these is another computation
+    ("one token of another row", lambda i: i.update(result_cache.batch_item([ROWS[0], [5, 6, 7, 2]], PICKS))),
+    ("one more row in the batch", lambda i: i.update(result_cache.batch_item(ROWS + [[5, 6]], PICKS))),
+    ("the rows in another order", lambda i: i.update(result_cache.batch_item(ROWS[::-1], PICKS))),
+    ("a candidate's row", lambda i: i.update(result_cache.batch_item(ROWS, [[1, [3524]], *PICKS[1:]]))),
+    ("a candidate's token ids", lambda i: i.update(result_cache.batch_item(ROWS, [[0, [3525]], *PICKS[1:]]))),
+    ("one candidate fewer", lambda i: i.update(result_cache.batch_item(ROWS, PICKS[:2]))),
 ]
 
 
@@ -80,7 +86,9 @@ def test_key_is_stable_under_dict_order():
                          prompt_template_sha256="p" * 64, config=dict(reversed(list(BASE_CONFIG.items()))),
                          scorer="independent-parity", code_sha256="c" * 64,
                          versions={"transformers": "4.0", "torch": "2.0"},
-                         platform={"torch_cpu_capability": "AVX512", "machine": "x86_64", "cpu": "X"})
+                         platform={"kernels": {"mkl": "Intel(R) oneAPI MKL Version 2024.2", "parallel_info": "x",
+                                               "env": {"MKL_ENABLE_INSTRUCTIONS": None}},
+                                   "torch_cpu_capability": "AVX512", "machine": "x86_64", "cpu": "X"})
     assert cache_key(other, dict(reversed(list(BASE_ITEM.items())))) == cache_key(run, BASE_ITEM)
 
 
@@ -177,6 +185,10 @@ def test_default_parts_are_this_process_code_hash_versions_and_platform():
     assert run["code_sha256"] == code_sha256()
     assert run["versions"]["torch"] and run["versions"]["transformers"]
     assert run["platform"]["torch_cpu_capability"]
+    kernels = run["platform"]["kernels"]
+    assert {"MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR",
+            "OMP_NUM_THREADS"} <= set(kernels["env"])
+    assert "at::get_num_threads()" in kernels["parallel_info"] and kernels["mkl"] and kernels["onednn"]
     assert run["scoring_config"]["threads"] == CONFIG["threads"]
 
 
@@ -190,11 +202,11 @@ def test_floats_round_trip_bit_exact(tmp_path):
     cache = ResultCache(tmp_path / "r.sqlite", base_run())
     with cache.batch():
         for i, v in enumerate(values):
-            cache.put({**BASE_ITEM, "idx": i}, v)
+            cache.put({**BASE_ITEM, "n": i}, v)
     cache.close()
     cache = ResultCache(tmp_path / "r.sqlite", base_run())
     for i, v in enumerate(values):
-        got = cache.get({**BASE_ITEM, "idx": i})
+        got = cache.get({**BASE_ITEM, "n": i})
         assert struct.pack("<d", got) == struct.pack("<d", v), (i, v, got)
     assert cache.stats()["hits"] == len(values) and cache.stats()["corrupted"] == 0
 
@@ -214,7 +226,7 @@ def test_other_identity_misses_in_the_same_file(tmp_path):
     "UPDATE results SET value = '-1.25'",                    # a flipped value (still valid JSON)
     "UPDATE results SET value = 'not json'",
     "UPDATE results SET checksum = 'x'",
-    "UPDATE results SET item = replace(item, '\"idx\":7', '\"idx\":9')",
+    "UPDATE results SET item = replace(item, '\"n_rows\":2', '\"n_rows\":3')",
 ])
 def test_corrupted_row_is_detected_and_recomputed(tmp_path, tamper):
     path = tmp_path / "r.sqlite"
@@ -234,25 +246,24 @@ def test_corrupted_row_is_detected_and_recomputed(tmp_path, tamper):
     assert cache.get(BASE_ITEM) == -2.5
 
 
-def test_committed_items_survive_sigkill(tmp_path):
-    """A process killed with SIGKILL after K committed items leaves exactly those K in the file (WAL mode)."""
+def test_committed_batches_survive_sigkill(tmp_path):
+    """A process killed with SIGKILL after K committed batches leaves exactly those K in the file (WAL mode)."""
     code = f"""
 import sys
 sys.path.insert(0, {str(REPO)!r})
 sys.path.insert(0, {str(REPO / 'tests')!r})
-from test_result_cache import base_run, BASE_ITEM
-from experiments.result_cache import ResultCache, kill_hook
+from test_result_cache import base_run, ROWS, PICKS
+from experiments.result_cache import ResultCache
 cache = ResultCache({str(tmp_path / 'r.sqlite')!r}, base_run())
 for i in range(100):
-    with cache.batch():
-        cache.put({{**BASE_ITEM, "idx": i}}, -float(i))
-    kill_hook(i + 1)
+    cache.put_batch([[i] + ROWS[0], ROWS[1]], PICKS, [-float(i)] * 3)
 """
-    proc = subprocess.run([sys.executable, "-c", code], env={"EVAL_TEST_KILL_AFTER_ITEMS": "7", "PATH": "/usr/bin"},
+    proc = subprocess.run([sys.executable, "-c", code], env={"EVAL_TEST_KILL_AFTER_BATCHES": "7", "PATH": "/usr/bin"},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == -9, proc.stderr
     cache = ResultCache(tmp_path / "r.sqlite", base_run())
-    assert [cache.get({**BASE_ITEM, "idx": i}) for i in range(8)] == [-float(i) for i in range(7)] + [None]
+    assert [cache.get_batch([[i] + ROWS[0], ROWS[1]], PICKS) for i in range(8)] == \
+        [[-float(i)] * 3 for i in range(7)] + [None]
 
 
 # ---- real runs of run.py (tiny random model: the cache plumbing, not the scores, is under test) -------------
@@ -282,28 +293,29 @@ def scores(out):
 def test_killed_run_resumes_then_hits_then_recomputes_a_corrupted_row(snapshot, tmp_path):
     repo, cache = snapshot
     out = tmp_path / "out"
-    # 1. killed (SIGKILL) after 5 of the 64 development items: no evidence installed, 5 items committed
-    proc = run_protocol(repo, cache, out, env={"EVAL_TEST_KILL_AFTER_ITEMS": "5"})
+    # 1. killed (SIGKILL) after 2 of the 4 forward batches of the 64 development items (16 items each): no
+    #    evidence installed, 2 batches committed
+    proc = run_protocol(repo, cache, out, env={"EVAL_TEST_KILL_AFTER_BATCHES": "2"})
     assert proc.returncode == -9, proc.stdout + proc.stderr
     assert not (out / "protocol").exists()
-    # 2. rerun: resumes; the 5 finished items (10 candidate scores) come from the cache
+    # 2. rerun: resumes; the 2 finished batches (32 items, 64 candidate scores) come from the cache
     proc = run_protocol(repo, cache, out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     info = cache_info(out)
-    assert (info["from_cache"], info["items_from_cache"], info["computed"], info["corrupted"]) == (10, 5, 118, 0)
-    assert "independent scores from the result cache: 10/128" in proc.stdout
+    assert (info["from_cache"], info["items_from_cache"], info["computed"], info["corrupted"]) == (64, 32, 64, 0)
+    assert "independent scores from the result cache: 64/128" in proc.stdout
     first = scores(out)
-    # 3. flip one stored value: detected, recomputed, reported; the other 127 are served; results unchanged
+    # 3. flip one stored batch: detected, recomputed, reported; the other 3 batches are served; results unchanged
     db = sqlite3.connect(cache / "results.sqlite")
-    assert db.execute("SELECT count(*) FROM results").fetchone()[0] == 128
-    db.execute("UPDATE results SET value = '-0.5' WHERE rowid = (SELECT min(rowid) FROM results)")
+    assert db.execute("SELECT count(*) FROM results").fetchone()[0] == 4
+    db.execute("UPDATE results SET value = replace(value, '-', '-1') WHERE rowid = (SELECT min(rowid) FROM results)")
     db.commit()
     db.close()
     proc = run_protocol(repo, cache, out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     info = cache_info(out)
-    assert (info["from_cache"], info["computed"], info["corrupted"]) == (127, 1, 1)
-    assert "127/128 (1 corrupted rows detected and recomputed)" in proc.stdout
+    assert (info["from_cache"], info["computed"], info["corrupted"]) == (96, 32, 1)
+    assert "96/128 (1 corrupted rows detected and recomputed)" in proc.stdout
     assert scores(out) == first                       # exact: cached floats are the computed floats
     summary = json.loads((out / "protocol" / "summary.json").read_text())
     assert summary["agreement"]["max_abs_diff"] == 0.0   # still bit-exact against lm-eval (which recomputed)
@@ -318,7 +330,7 @@ def test_settings_no_cache_fast_and_a_code_change(snapshot, tmp_path):
     repo, cache = snapshot
     proc = run_protocol(repo, cache, tmp_path / "a", "--smoke")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert cache_info(tmp_path / "a")["written"] == 4
+    assert cache_info(tmp_path / "a")["written"] == 1                  # the smoke's 2 items are one forward batch
     # another experiment's setting: served
     edit_config(repo, '"harness_batch_size": 4,', '"harness_batch_size": 5,')
     proc = run_protocol(repo, cache, tmp_path / "b", "--smoke")
@@ -460,3 +472,45 @@ def test_run_py_sets_a_damaged_cache_aside_before_any_scoring(tmp_path, monkeypa
     assert seen == [["results.sqlite.corrupt"]]
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith("warning: ") and "not a readable SQLite database" in err[0]
+
+
+KERNEL_PROBE = """
+import json, sys
+sys.path.insert(0, {repo!r})
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from experiments import result_cache, scoring
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1)).eval()
+requests = [([1, 5, 9, 11], [7]), ([1, 5, 9, 11], [8]), ([1, 4], [3, 2])]
+run = result_cache.run_identity(model_sha256="m", tokenizer_sha256="t", data_content_sha256="d",
+                                prompt_template_sha256="p", config={{"threads": 1}}, scorer="independent-parity",
+                                code_sha256="c", versions={{}})
+cache = result_cache.ResultCache({path!r}, run)
+scores, served = scoring.score_batches(model, scoring.lm_eval_batches(requests, 2), requests, cache)
+print(json.dumps({{"served": sum(served), "scores": scores}}))
+"""
+
+
+@pytest.mark.slow
+def test_a_score_computed_under_one_kernel_setting_is_not_served_under_another(tmp_path):
+    """The same scores in one cache file, computed in a process per setting: a process with another kernel choice
+    (MKL's instruction set, ATen's capability, the OpenMP threads) finds nothing of the first; the first setting
+    again finds every score (3 scores in 2 batches)."""
+    code = KERNEL_PROBE.format(repo=str(REPO), path=str(tmp_path / "r.sqlite"))
+
+    def run_with(**env):
+        full = {k: v for k, v in __import__("os").environ.items()
+                if k not in ("MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS")}
+        proc = subprocess.run([sys.executable, "-c", code], env={**full, **env}, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.splitlines()[-1])
+
+    first = run_with()
+    assert first["served"] == 0
+    for env in ({"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, {"ATEN_CPU_CAPABILITY": "default"}, {"OMP_NUM_THREADS": "1"}):
+        assert run_with(**env)["served"] == 0, env
+    again = run_with()
+    assert again["served"] == 3 and again["scores"] == first["scores"]

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 from evidence_audit import uncertainty
 from evidence_audit.checks import MISSING, expect, get, short
-from evidence_audit.definitions import argmax_first, is_int, is_sha
+from evidence_audit.definitions import argmax_first, is_int, is_num, is_sha
 from evidence_audit.fast_mode import fast_expected
 from evidence_audit.forward import two_path_forward
 from evidence_audit.reading import Unreadable, sha256_text
-from evidence_audit.shared import (abs_diff_problems, both_paths_pred_problems, candidate_problems,
+from evidence_audit.shared import (batching_check, lm_eval_batch_shapes, abs_diff_problems, both_paths_pred_problems, candidate_problems,
                                    candidate_token_counts, config_block, environment_check, identity_problems,
                                    model_problems, rank_order_problems, record_shape_check, required_files,
                                    restated_problems, run_levels, split_problems, stages_check, summary_check,
@@ -68,7 +68,8 @@ IDENTITY_FIELD_RULES = {
 }
 CONFIG_ROW = "config consistency (documents, split questions, official task, identity.json)"
 DOCUMENTS_ROW = "documents and groups (selection rule, question identity, doc_id)"
-LIMIT_ROW = "limit table (lm-eval limit=N == first N documents; acc, F1, cut groups, EM recomputed)"
+LIMIT_ROW = ("limit table (lm-eval limit=N == first N documents, == the independent path on its own batches; acc, "
+             "F1, cut groups, EM recomputed)")
 SUMMARY_ROW = "summary.json values (acc, corpus F1, EM, groups, limit table, every value recomputed)"
 PRIVATE_TEXTS = "private texts (text hashes, question id, prompt from template, lm-eval doc_hash)"
 DATA_PARQUET = "data parquet (n_rows, canonical content hash, questions, labels, categories, text hashes)"
@@ -193,9 +194,11 @@ def audit_mctaco_arithmetic(C, name, ev):
                "lm-eval's hash of the prompt it scored must equal prompt_sha256")
     C.add(name, A, "agreement per candidate and prompt hashes", len(records), abs_diff_problems(records) + hashes)
     figures = main_figures(plan, records)
-    limit_demo = limit_table_check(C, name, plan, records, ev["summary"], figures)
+    limit_demo = limit_table_check(C, name, plan, records, ev["summary"], figures,
+                                   config_block(ev["config"]).get("official_batch_size"))
     summary_values_check(C, name, ev, plan, records, figures, limit_demo)
     tokens = {**candidate_token_counts(records), "limit_run_documents": sum(plan.limit_ns)}
+    batching_check(C, name, ev["config"], records)
     stages_check(C, name, ev, tokens, len(records))
     return records
 
@@ -408,39 +411,71 @@ def main_figures(plan, records):
                    side_figures(labels, ind_preds, scope), mct_em([q["idx"] for q in complete], correct))
 
 
-def limit_table_check(C, name, plan, records, summ, fig):
-    """Row LIMIT_ROW: each row claims lm-eval's limit=N run scored documents 0..N-1 exactly as the main run did;
-    every figure is recomputed from the first N records, so a row that does not hold fails (in this row, or as a
-    summary.json value). Returns summary.json's limit_demo as it must be."""
+def limit_table_check(C, name, plan, records, summ, fig, batch_size):
+    """Row LIMIT_ROW: each row claims lm-eval's limit=N run scored documents 0..N-1 of this run and agrees bit for
+    bit with the independent path scoring those documents in that run's own batches. The row's two score lists
+    are its inputs (a limit run is another call with other batches, so they need not equal the main run's);
+    everything else is recomputed from them, the first N records and the batch size. Returns summary.json's
+    limit_demo as it must be."""
     reference = {"documents": len(records), "acc": fig.independent["acc"], "f1": fig.independent["f1"],
                  "em": fig.em["em"], "incomplete_set": bool(fig.cut)}
-    by_idx = {r["idx"]: (r, p) for r, p in zip(records, fig.off_preds)}
+    by_idx = {r["idx"]: r for r in records}
+    demo = get(summ, "limit_demo") if summ is not None else MISSING
+    recorded = {row.get("limit"): row for row in (demo.get("rows") if isinstance(demo, dict) and
+                                                    isinstance(demo.get("rows"), list) else [])
+                if isinstance(row, dict)}
     bad, rows = [], []
     for n, kind in plan.limit_ns.items():
         first = [by_idx[i] for i in range(n) if i in by_idx]
+        scores = limit_scores(bad, n, get(recorded.get(n, {}), "scores"))
         if len(first) != n:
             bad.append(f"limit {n}: documents 0..{n - 1} are not all in records.jsonl; cannot recompute the row")
             continue
-        rows.append(limit_row(n, kind, first, plan, fig, reference))
-    demo = get(summ, "limit_demo") if summ is not None else MISSING
-    shuffle = shuffle_expected(bad, demo.get("shuffle_before_cut") if isinstance(demo, dict) else None, len(rows))
+        if scores is None:
+            continue
+        row = limit_row(n, kind, first, scores, plan, fig, reference, batch_size)
+        if row["max_abs_diff_vs_independent"] != 0.0:
+            bad.append(f"limit {n}: lm-eval's limit run and the independent path on the same batches differ by "
+                       f"{row['max_abs_diff_vs_independent']} (the claim is bit for bit)")
+        rows.append(row)
+    shuffle = shuffle_expected(bad, demo.get("shuffle_before_cut") if isinstance(demo, dict) else None, rows)
     C.add(name, A, LIMIT_ROW, len(plan.limit_ns), bad, note=f"N = {list(plan.limit_ns)}")
     return {"reference": reference, "rows": rows, "shuffle_before_cut": shuffle}
 
 
-def limit_row(n, kind, first, plan, fig, reference):
-    """One limit table row as it must be, from the first n (record, official pred) pairs."""
-    golds, preds = [r["label"] for r, _ in first], [p for _, p in first]
+def limit_scores(bad, n, scores):
+    """A limit row's {"official", "independent"} score lists: n documents x 2 finite floats each, or None."""
+    ok = isinstance(scores, dict) and all(
+        isinstance(scores.get(side), list) and len(scores[side]) == n and
+        all(isinstance(d, list) and len(d) == 2 and all(is_num(x) for x in d) for d in scores[side])
+        for side in ("official", "independent"))
+    if not ok:
+        bad.append(f"summary.json limit_demo.rows (limit {n}).scores: expected official and independent lists of {n} "
+                   f"[no, yes] score pairs, found {short(scores, 80)}")
+        return None
+    return scores
+
+
+def limit_row(n, kind, first, scores, plan, fig, reference, batch_size):
+    """One limit table row as it must be, from the first n records and the row's own two score lists."""
+    official, independent = scores["official"], scores["independent"]
+    golds, preds = [r["label"] for r in first], [argmax_first(s) for s in official]
     f1, counts = mct_f1(golds, preds)
     acc = mct_acc(golds, preds)
-    lim_correct = {r["idx"]: int(p == r["label"]) for r, p in first}
+    lim_correct = {r["idx"]: int(p == r["label"]) for r, p in zip(first, preds)}
     complete, cut = mct_groups(list(range(n)), plan.questions)
     cut_ids = {c["question_id"] for c in cut}
     cut_full = [q for q in plan.questions if q["question_id"] in cut_ids]
     return {
         "limit": n, "kind": kind,
         "lm_eval": {"acc": acc, "f1": f1, "n_samples": {"original": plan.n_rows, "effective": n}},
-        "doc_ids": list(range(n)), "doc_ids_are_first_n": True, "preds": preds, "max_abs_diff_vs_main_run": 0.0,
+        "doc_ids": list(range(n)), "doc_ids_are_first_n": True, "preds": preds,
+        "scores": {"official": official, "independent": independent},
+        "batch_shapes": lm_eval_batch_shapes(first, batch_size)[2] if is_int(batch_size) else MISSING,
+        "max_abs_diff_vs_independent": max(abs(a - b) for o, i in zip(official, independent) for a, b in zip(o, i)),
+        "max_abs_diff_vs_main_run": max(abs(a - b) for o, r in zip(official, first)
+                                        for a, b in zip(o, r["official"]["scores"])),
+        "identity_matches_main_run": True,
         "recomputed": {"acc": acc, "f1": f1, "f1_counts": counts},
         "questions_touched": len(complete) + len(cut), "n_complete_questions": len(complete), "cut_questions": cut,
         "em_complete_questions": mct_em([q["idx"] for q in complete], lim_correct),
@@ -451,7 +486,7 @@ def limit_row(n, kind, first, plan, fig, reference):
     }
 
 
-def shuffle_expected(bad, shuffle, n_limit_rows):
+def shuffle_expected(bad, shuffle, rows):
     """limit_demo.shuffle_before_cut as it must be. The source citations are declared (the audit does not read
     lm_eval): each must say it was found, and the conclusion must agree with what the limit rows show."""
     if not isinstance(shuffle, dict):
@@ -464,8 +499,8 @@ def shuffle_expected(bad, shuffle, n_limit_rows):
         bad.append("summary.json limit_demo.shuffle_before_cut.files_without_the_word_shuffle: not all true")
     return {"documents_shuffled_before_limit": False, "conclusion": shuffle.get("conclusion", MISSING),
             "source": src, "files_without_the_word_shuffle": files,
-            "observed": {"limit_runs": n_limit_rows, "doc_ids_first_n": n_limit_rows,
-                         "scores_identical_to_main_run": n_limit_rows}}
+            "observed": {"limit_runs": len(rows), "doc_ids_first_n": len(rows),
+                         "scores_identical_to_main_run": sum(r["max_abs_diff_vs_main_run"] == 0.0 for r in rows)}}
 
 
 def by_category(records, fig):

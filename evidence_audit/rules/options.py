@@ -30,7 +30,7 @@ from evidence_audit.definitions import (argmax_divided, argmax_first, confirmati
                                         mcnemar_exact)
 from evidence_audit.forward import audit_candidate_scores
 from evidence_audit.reading import sha256_text
-from evidence_audit.shared import (CANDIDATE_FIELDS, RecordShape, abs_diff_problems, both_paths_pred_problems,
+from evidence_audit.shared import (batching_check, CANDIDATE_FIELDS, RecordShape, abs_diff_problems, both_paths_pred_problems,
                                    candidate_problems, candidate_token_counts, config_block, environment_check,
                                    hash_selection, hash_selection_problems, identity_problems, model_problems,
                                    rank_order_problems, record_shape_check, required_files, restated_problems,
@@ -225,7 +225,9 @@ def audit_options_arithmetic(C, name, ev):
         C.skip(name, A, "summary.json values", "a record's condition is not in config.json (see 'conditions')")
     else:
         summary_values_check(C, name, ev, records, cond_by, comps, positions)
-    stages_check(C, name, ev, token_counts(records, list(cond_by)), len(records))
+    batching_check(C, name, ev["config"], records)
+    stages_check(C, name, ev, token_counts(records, list(cond_by)), len(records),
+                 unit_of=lambda r: (r.get("idx"), r.get("prompt_kind")))
     return records
 
 
@@ -467,17 +469,18 @@ def opt_uncertainty(recorded, recs_of, cond_by, comps, positions):
 
 def token_counts(records, names):
     """stages.json["tokens"] recomputed from the records: per condition and overall; one official request per
-    candidate; the independent path's forward passes are the distinct (item, context, candidate[:-1]) inputs."""
+    candidate; the independent path's forward rows are the distinct (context, candidate[:-1]) inputs of the whole
+    call (lm-eval groups them over every request, items included)."""
     per = {}
     for c in names:
         counts = candidate_token_counts([r for r in records if r["condition"] == c])
         per[c] = {k: counts[k] for k in ("context_tokens", "input_tokens_per_candidate")}
     overall = candidate_token_counts(records)
-    distinct = {(r["idx"], r["prompt_sha256"], tuple(x["token_ids"][:-1])) for r in records for x in r["candidates"]}
+    distinct = {(r["prompt_sha256"], x["start"], tuple(x["token_ids"][:-1])) for r in records for x in r["candidates"]}
     return {"per_condition": per, "n_items": len({r["idx"] for r in records}), "n_records": len(records),
             "n_candidates": overall["n_candidates"],
             "input_tokens_per_candidate": overall["input_tokens_per_candidate"],
-            "official_requests": overall["n_candidates"], "independent_forward_passes": len(distinct)}
+            "official_requests": overall["n_candidates"], "independent_forward_rows": len(distinct)}
 
 
 # ---- level 2, identity ---------------------------------------------------------------------------------------------

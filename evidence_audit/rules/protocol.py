@@ -16,7 +16,7 @@ from evidence_audit.fast_mode import fast_expected
 from evidence_audit.forward import two_path_forward
 from evidence_audit.model_files import expected_agreement_claim
 from evidence_audit.reading import sha256_text
-from evidence_audit.shared import (abs_diff_problems, both_paths_pred_problems, candidate_problems,
+from evidence_audit.shared import (batching_check, abs_diff_problems, both_paths_pred_problems, candidate_problems,
                                    candidate_token_counts, config_block, environment_check, hash_selection,
                                    hash_selection_problems, identity_problems, model_problems, rank_order_problems,
                                    record_shape_check, required_files, restated_problems, run_levels, split_note,
@@ -67,6 +67,7 @@ def audit_protocol_arithmetic(C, name, ev):
     candidates_check(C, name, config_block(ev["config"]), records, choices, delim)
     predictions_checks(C, name, records)
     summary_values_check(C, name, ev, records, choices)
+    batching_check(C, name, ev["config"], records)
     stages_check(C, name, ev, candidate_token_counts(records), len(records))
     return records
 
