@@ -18,7 +18,7 @@ CONFIG = {
     "shared": {
         # model and numerics: every scoring path loads the model with exactly these settings
         "model": "smollm2-135m-instruct-q4_1",
-        "dtype": "float32",            # run.py --dtype; float32 is the bit-exact claim (agreement_tolerance)
+        "dtype": "float32",            # run.py --dtype (float32, bfloat16, float16): on cpu every dtype is bit-exact
         "attn_implementation": "eager",
         # torch.set_num_threads for every path; the machines here have 2 vCPU. EVAL_TORCH_THREADS overrides it
         # (e.g. 1 on a busy shared machine, where 2 threads can run 30x slower), run.py --threads overrides both;
@@ -26,30 +26,33 @@ CONFIG = {
         "threads": int(os.environ.get("EVAL_TORCH_THREADS", "2")),
         "device": "cpu",               # run.py --device (cuda / cuda:N where a GPU is present); both paths alike
         # The agreement claim between the official and the independent path (summary.json "agreement_claim"): on
-        # cpu in float32 the claim is exact (max abs diff 0, every argmax equal). On another device or in a reduced
-        # dtype (run.py --dtype bfloat16/float16) kernels need not be bit-identical between two call sites, so the
-        # run states the measured max abs diff and passes only if it is at most this tolerance (nats per candidate
-        # score; bfloat16 keeps 8 bits of mantissa: a summed log-probability near -10 moves in steps of 0.0625).
+        # cpu it is exact in every dtype (max abs diff 0, every argmax equal), by construction: the independent path
+        # forms the batches lm-eval forms (official_batch_size) and runs the same operations on them, so the same
+        # tensors meet the same kernels whatever the CPU, thread count or dtype. On cuda (not tested here: no GPU)
+        # the run states the measured max abs diff and passes only if it is at most this tolerance (nats per
+        # candidate score; bfloat16 keeps 8 bits of mantissa: a summed log-probability near -10 moves in steps of
+        # 0.0625).
         "agreement_tolerance": {"float32": 1e-4, "bfloat16": 0.25, "float16": 0.05},
-        "batch_size": 1,               # parity mode: one sequence per forward pass, no padding anywhere
-        # lm-eval HFLM's batch size for loglikelihood requests (the official path of protocol, options, mctaco;
-        # extraction's generate_until keeps batch_size). Measured, not assumed: at 16, right-padded and sorted by
-        # length, HFLM's scores equal the parity path's bit for bit on this CPU at 1 and 2 threads (README
-        # "Speed"); 32 agreed too but peaked at 2.2 GB RSS. Every run still compares every score exactly and stops
-        # on any difference.
+        "batch_size": 1,               # extraction's generate_until (both paths): one sequence per generation
+        # lm-eval HFLM's batch size for loglikelihood requests (the official path of protocol, options, mctaco),
+        # and so the independent path's too: it forms the same batches (experiments/scoring.py lm_eval_batches).
+        # 16 is lm-eval's fastest here within 2 GB (32 peaked at 2.2 GB RSS); 1 runs one unpadded sequence per
+        # forward pass on both paths. Either way every score is compared exactly and any difference stops the run.
         "official_batch_size": 16,
         "max_input_tokens": 512,       # longer inputs are an error, never truncated
         "seed": 1234,                  # passed to lm-eval's seeds; loglikelihood scoring itself draws no randomness
 
-        # fast mode of the independent scorer (run.py --fast, experiments/fast_scoring.py): batched, right-padded,
-        # output layer only at scored positions. Parity mode above stays the default and the bit-exact claim; fast
-        # mode must keep every argmax and stay within fast_tolerance of parity mode, or the run stops (exit 1).
+        # fast mode of the independent scorer (run.py --fast, experiments/fast_scoring.py): its own batches, output
+        # layer only at scored positions. Parity mode (lm-eval's batches) stays the default and the bit-exact claim;
+        # fast mode runs other shapes by design, so it must keep every argmax and stay within fast_tolerance of
+        # parity mode, or the run stops (exit 1).
         "fast_batch_size": 16,         # sequences per forward pass (contexts sorted by length)
         "fast_max_batch_tokens": 2048, # and at most this many padded tokens per forward pass
         "fast_tolerance": 1e-4,        # max |fast - parity| per candidate score
         "fast_workers": None,          # batches run on this many threads x 1 torch thread each; None: `threads`
-        # the identity-keyed result cache (experiments/result_cache.py): parity-mode scores only, never the
-        # official path; run.py --no-cache bypasses it
+        # the identity-keyed result cache (experiments/result_cache.py): parity-mode scores only, one entry per
+        # forward batch, keyed also on what chooses the CPU kernels; never the official path; run.py --no-cache
+        # bypasses it
         "result_cache_file": "results.sqlite",  # inside --cache
 
         # data and item selection: decided by a hash rule before any output is seen, so anyone can recompute it

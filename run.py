@@ -553,11 +553,11 @@ def run_all(args, chatter):
 
     out = on_rank0(setup_out, args, EXPERIMENTS) or Path(args.out)
     options = options_of(args)
+    torch.set_num_threads(args.threads)  # process-wide: both paths alike (--threads, default config.py)
     env = parallel.broadcast({**environment(args.threads), "run_id": new_run_id()})
     identity = check_merge_identity(args, modules, inputs, env, shard_docs)
     if parallel.is_writer():
         chatter.to_file(out / "run.log", " ".join(["run.py", *sys.argv[1:]]) + f" (run id {env['run_id']})")
-    torch.set_num_threads(args.threads)  # process-wide: both paths alike (--threads, default config.py)
     if args.split == "confirm":
         print("*** CONFIRMATION SPLIT: scoring the 128 held-back items; every output says so ***")
     elif args.split == "all":

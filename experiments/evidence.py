@@ -134,7 +134,7 @@ def environment(threads):
         except md.PackageNotFoundError:
             versions[pkg] = None
     return {"python": sys.version.split()[0], "platform": platform.platform(), "cpu": cpu_model(),
-            "cpu_count": os.cpu_count(), "torch_threads": threads, "versions": versions,
+            "cpu_count": os.cpu_count(), "torch_threads": threads, "kernels": kernel_identity(), "versions": versions,
             "command_line": sys.argv, **git_identity(), "code_sha256": code_sha256()}
 
 

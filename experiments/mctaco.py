@@ -272,7 +272,9 @@ def run_official(ctx, items, parquet, selection, limit_ns, group, split="validat
                                                               split),
                                  may_be_empty=True)
     holder.clear()
-    meta["documents_passed_as_samples"] = sorted(it["idx"] for it in items) if selection["mode"] == "smoke" else None
+    if meta is not None:            # None: a --shard that got no batch of this run
+        meta["documents_passed_as_samples"] = (sorted(it["idx"] for it in items) if selection["mode"] == "smoke"
+                                               else None)
     samples = [v["sample"] for v in per_doc.values()]
     boundaries = {(idx, cand): tuple(b) for idx, v in per_doc.items() for cand, b in v["boundaries"]}
     return samples, boundaries, meta, runs
@@ -730,7 +732,8 @@ def run(ctx):
     group = two_paths.by_whole_batches(ctx, units(items))
     samples, boundaries, official_meta, limit_runs = run_official(ctx, items, parquet, selection, list(limit_ns),
                                                                   group, data_split(data_entry))
-    check_task_config(official_meta, config)
+    if official_meta is not None:
+        check_task_config(official_meta, config)
     independent, independent_meta, fast, limit_scores = run_independent(ctx, items, list(limit_ns), group)
     parallel.scoring_done(ctx)
     two_paths.check_same_loading(official_meta, independent_meta)

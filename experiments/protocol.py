@@ -93,7 +93,8 @@ def run_official(ctx, items, group):
                                        combine=combine_official, **group)
     samples = [v["sample"] for v in per_doc.values()]
     boundaries = {(idx, cand): tuple(b) for idx, v in per_doc.items() for cand, b in v["boundaries"]}
-    meta.update(indices_passed_to_lm_eval=passed, indices_sorted=passed == sorted(passed), indices_order=order)
+    if meta is not None:            # None: a --shard that got no batch of this run
+        meta.update(indices_passed_to_lm_eval=passed, indices_sorted=passed == sorted(passed), indices_order=order)
     return samples, boundaries, meta
 
 
@@ -249,7 +250,8 @@ def score_and_compare(ctx, items):
     config, stages = ctx.config, ctx.stages
     group = two_paths.by_whole_batches(ctx, units(items))
     samples, boundaries, official_meta = run_official(ctx, items, group)
-    check_task_config(official_meta["dumped_task_config"], config)
+    if official_meta is not None:
+        check_task_config(official_meta["dumped_task_config"], config)
     independent, independent_meta, fast = run_independent(ctx, items, group)
     parallel.scoring_done(ctx)
     two_paths.check_same_loading(official_meta, independent_meta)

@@ -226,12 +226,14 @@ def score_batches(model, plan, requests, cache=None, progress=None):
 
 
 def encode_items(tokenizer, items, limit):
-    """[(where, context, candidates)] -> the (context ids, candidate ids) of every candidate, item by item."""
+    """[(where, context, candidates)] -> the (context ids, candidate ids) of every candidate, item by item.
+    limit None: no length check (planning only; scoring checks)."""
     requests = []
     for where, context, candidates in items:
         for cand in candidates:
             ctx_ids, cand_ids = encode_pair(tokenizer, context, cand, where)
-            check_length(len(ctx_ids) + len(cand_ids), limit, where)
+            if limit is not None:
+                check_length(len(ctx_ids) + len(cand_ids), limit, where)
             requests.append((ctx_ids, cand_ids))
     return requests
 

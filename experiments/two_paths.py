@@ -132,7 +132,8 @@ def by_whole_batches(ctx, units, key=lambda item: item["idx"]):
     from adapter import load_tokenizer
 
     tokenizer = load_tokenizer(ctx.inputs.model_dir)
-    requests = scoring.encode_items(tokenizer, [u[1:] for u in units], ctx.config["max_input_tokens"])
+    # no length check here: an input over the limit is refused by the rank that scores it, naming rank and item
+    requests = scoring.encode_items(tokenizer, [u[1:] for u in units], None)
     plan = scoring.lm_eval_batches(requests, ctx.config["official_batch_size"])
     root = list(range(len(plan.batches)))
 

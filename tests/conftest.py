@@ -12,9 +12,11 @@ REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
-def run_cli(*args, env=None, cwd=REPO, timeout=1800):
-    """Run one of the repository's scripts as a user would; return the CompletedProcess (never raises)."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+def run_cli(*args, env=None, cwd=REPO, timeout=1800, unset=()):
+    """Run one of the repository's scripts as a user would; return the CompletedProcess (never raises).
+    env: variables to set; unset: variables of this process's environment to leave out."""
+    full_env = {k: v for k, v in os.environ.items() if k not in unset}
+    full_env.update(PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
     full_env.update(env or {})
     return subprocess.run([PY, *map(str, args)], cwd=cwd, env=full_env, capture_output=True, text=True,
                           timeout=timeout)

@@ -212,17 +212,18 @@ def audit_passes(out, cache):
     assert "RESULT: PASS" in proc.stdout
 
 
-def questions_on_one_rank(out):
-    """Every MC-TACO question's documents were scored by one rank (stages.json data_parallel item lists)."""
-    records = [json.loads(l) for l in (out / "mctaco" / "records.jsonl").read_text().splitlines()]
+def whole_batches_on_rank_0(out):
+    """The smoke's loglikelihood experiments are one forward batch each (2 items, 9 MC-TACO documents, at batch
+    size 16), and a batch is never split between ranks: rank 0 scored all of it on both paths, rank 1 none (its
+    lm-eval call would otherwise have formed other batches). MC-TACO's two limit runs went one to each rank."""
+    for name in EXPERIMENTS:
+        ranks = json.loads((out / name / "stages.json").read_text())["data_parallel"]["ranks"]
+        shapes = json.loads((out / name / "config.json").read_text())["independent"]["batching"]["shapes"]
+        assert len(shapes) == 1, name
+        for call in ("official", "independent"):
+            assert ranks[0]["items_scored"][call] and ranks[1]["items_scored"][call] == [], (name, call)
     ranks = json.loads((out / "mctaco" / "stages.json").read_text())["data_parallel"]["ranks"]
-    for call in ("official", "independent"):
-        rank_of = {i: n for n, r in enumerate(ranks) for i in r["items_scored"][call]}
-        by_question = {}
-        for r in records:
-            by_question.setdefault(r["question_id"], set()).add(rank_of[r["idx"]])
-        assert all(len(v) == 1 for v in by_question.values()), by_question
-        assert len({n for v in by_question.values() for n in v}) == 2        # both ranks had work
+    assert [len(r["items_scored"]["official_limit_runs"]) for r in ranks] == [1, 1]
 
 
 @pytest.fixture(scope="session")
@@ -287,7 +288,7 @@ def test_torchrun_two_ranks_gives_the_one_process_evidence(one_process, torchrun
         assert all(r["peak_rss_bytes"] > 0 and r["wall_s"] > 0 for r in dp["ranks"]), name
     env = json.loads((out / "environment.json").read_text())["data_parallel"]
     assert env["world_size"] == 2 and len({r["pid"] for r in env["ranks"]}) == 2
-    questions_on_one_rank(out)
+    whole_batches_on_rank_0(out)
     ranks = json.loads((out / "extraction" / "stages.json").read_text())["data_parallel"]["ranks"]
     assert [len(r["items_scored"]["independent"]) for r in ranks] == [1, 1]        # 2 smoke items, one per rank
     ranks = json.loads((out / "harness" / "stages.json").read_text())["data_parallel"]["ranks"]
@@ -321,7 +322,7 @@ def test_shards_merged_give_the_one_process_evidence(one_process, two_shards, pr
     same_evidence_as_one_process(out, one_process)
     env = json.loads((out / "environment.json").read_text())["data_parallel"]
     assert (env["mode"], env["world_size"], [r["shard"] for r in env["ranks"]]) == ("replay", 2, [1, 2])
-    questions_on_one_rank(out)
+    whole_batches_on_rank_0(out)
     written = sorted((o / "extraction.preregistration.json").read_text() for o in two_shards)
     assert (out / "extraction.preregistration.json").read_text() in written     # a shard's, never remade
     audit_passes(out, prepared_cache)
@@ -354,7 +355,8 @@ def test_merge_refuses_foreign_missing_and_overlapping_shards(two_shards, prepar
     assert "a different run identity" in one_error_line(merge(a, other))
     assert "shard 2/2 missing" in one_error_line(merge(a))
     assert "shard 1/2 given twice" in one_error_line(merge(a, a))
-    short = edited(b, "short", lambda d: d["results"]["protocol"]["independent"]["items"].pop())
+    # shard 2 scored no protocol item (the smoke is one batch, all on shard 1), but MC-TACO's second limit run
+    short = edited(b, "short", lambda d: d["results"]["mctaco"]["official_limit_runs"]["items"].pop())
     assert "is missing (expected in shard 2/2" in one_error_line(merge(a, short))
     first_of_a = json.loads((a / shards.NAME).read_text())["results"]["options"]["official"]["items"][0]
     overlap = edited(b, "overlap", lambda d: d["results"]["options"]["official"]["items"].append(first_of_a))
@@ -383,25 +385,31 @@ def smoke_input_tokens(cache):
     return {it["idx"]: max(len(tok(it["prompt"] + c)["input_ids"]) for c in it["candidates"]) for it in items}
 
 
+def set_config(repo, key, value):
+    """Set one literal setting in the repository copy's config.py."""
+    cfg = repo / "config.py"
+    text = cfg.read_text()
+    assert text.count(f'"{key}": ') == 1, key
+    start = text.index(f'"{key}": ') + len(f'"{key}": ')
+    cfg.write_text(text[:start] + str(value) + text[text.index(",", start):])
+
+
 @pytest.mark.slow
 def test_a_rank_that_fails_stops_every_rank_naming_rank_and_item(tiny_repo, tmp_path):
     """A real bad input one rank meets: max_input_tokens set (in the copy's config.py) between the lengths of the
-    two smoke items, so the longer one is over the limit on the rank that scores it."""
+    two smoke items, so the longer one is over the limit on the rank that scores it. official_batch_size 1 makes
+    each item a batch of its own, so the two go to different ranks: the longer first (batch 0, rank 0)."""
     repo, cache = tiny_repo
     lengths = smoke_input_tokens(cache)
     (short_idx, n_short), (long_idx, n_long) = sorted(lengths.items(), key=lambda kv: kv[1])
     assert n_short < n_long
-    cfg = repo / "config.py"
-    text = cfg.read_text()
-    assert text.count('"max_input_tokens": ') == 1
-    start = text.index('"max_input_tokens": ') + len('"max_input_tokens": ')
-    end = text.index(",", start)
-    cfg.write_text(text[:start] + str(n_short) + text[end:])
+    set_config(repo, "max_input_tokens", n_short)
+    set_config(repo, "official_batch_size", 1)
     out = tmp_path / "out"
     proc = torchrun("--cache", cache, "--out", out, "--model", "tiny-random-llama", "--smoke", "--experiment",
                     "protocol", "--no-cache", cwd=repo, timeout=600)
     assert proc.returncode != 0
-    rank = sorted(lengths).index(long_idx)          # the rule: the k-th idx in ascending order -> rank k mod 2
+    rank = 0                                        # the rule: whole batches, longest first, the k-th to rank k mod 2
     assert f"rank {rank} of 2 failed in independent (its items: {long_idx})" in proc.stderr, proc.stderr[-3000:]
     assert f"idx {long_idx}" in proc.stderr
     assert not (out / "protocol").exists() and not (out / "MANIFEST.json").exists()
@@ -412,13 +420,15 @@ def test_a_rank_that_fails_stops_every_rank_naming_rank_and_item(tiny_repo, tmp_
 def test_a_killed_distributed_run_resumes_from_the_result_cache(tiny_repo, tmp_path):
     repo, cache = tiny_repo
     args = ("--cache", cache, "--model", "tiny-random-llama", "--experiment", "protocol")
-    proc = torchrun(*args, "--out", tmp_path / "killed", cwd=repo, env={"EVAL_TEST_KILL_AFTER_ITEMS": "3"})
+    proc = torchrun(*args, "--out", tmp_path / "killed", cwd=repo, env={"EVAL_TEST_KILL_AFTER_BATCHES": "1"})
     assert proc.returncode != 0 and not (tmp_path / "killed" / "protocol").exists()
     db = sqlite3.connect(cache / "results.sqlite")
-    committed = db.execute("SELECT count(*) FROM results").fetchone()[0]
+    batches = db.execute("SELECT count(*) FROM results").fetchone()[0]
     db.close()
-    # the rank that reached 3 items first committed them (6 scores); torchrun may stop the other one before its 3rd
-    assert 6 <= committed <= 12 and committed % 2 == 0
+    # 64 items are 4 batches of 16, two per rank: the rank that finished its first batch first committed it (32
+    # scores); torchrun may stop the other one before its first
+    assert 1 <= batches <= 2
+    committed = 32 * batches
     proc = torchrun(*args, "--out", tmp_path / "resumed", cwd=repo)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     info = json.loads((tmp_path / "resumed" / "protocol" / "config.json").read_text())["independent"]["result_cache"]

@@ -294,19 +294,17 @@ def test_cuda_is_refused_on_one_line_where_there_is_none(tiny_dirs, data_cache, 
 
 
 @pytest.mark.slow
-def test_bfloat16_states_a_tolerance_instead_of_claiming_exact(tiny_dirs, data_cache, tmp_path):
-    """--dtype bfloat16 on CPU: both paths in bfloat16; the summary states the measured max abs diff against
-    config.py's tolerance for bfloat16, and the audit's float32 forward level is SKIPPED with the reason."""
-    import config
-
+def test_bfloat16_on_the_cpu_claims_exact_agreement_and_holds_it(tiny_dirs, data_cache, tmp_path):
+    """--dtype bfloat16 on CPU: both paths in bfloat16, on the same batches, so the claim is exact (tolerance 0,
+    max abs diff 0), as in float32; the audit recomputes that claim, and its float32 forward level is SKIPPED with
+    the reason."""
     out = tmp_path / "o"
     proc = run_protocol(data_cache, tiny_dirs["llama"], out, "--dtype", "bfloat16")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((out / "protocol" / "summary.json").read_text())
     claim = summary["agreement_claim"]
-    assert claim["claim"] == "within tolerance" and claim["dtype"] == "bfloat16" and claim["passed"] is True
-    assert claim["tolerance"] == config.CONFIG["shared"]["agreement_tolerance"]["bfloat16"]
-    assert claim["max_abs_diff"] == summary["agreement"]["max_abs_diff"] <= claim["tolerance"]
+    assert (claim["claim"], claim["dtype"], claim["tolerance"], claim["passed"]) == ("exact", "bfloat16", 0.0, True)
+    assert claim["max_abs_diff"] == summary["agreement"]["max_abs_diff"] == 0.0
     cfg = json.loads((out / "protocol" / "config.json").read_text())
     assert cfg["official"]["model_dtype"] == cfg["independent"]["model_dtype"] == "torch.bfloat16"
     proc = audit(out, data_cache)
@@ -412,11 +410,12 @@ def test_the_result_cache_never_serves_one_local_directory_to_another(tiny_dirs,
 
 
 @pytest.mark.slow
-def test_exact_only_experiments_are_refused_off_cpu_float32_on_one_line(tiny_dirs, data_cache, tmp_path):
-    """options, mctaco and extraction claim exact agreement only: with --dtype bfloat16 run.py refuses them before
-    anything loads (one line, exit 2), naming them; protocol, which states a tolerance, is not refused."""
+def test_exact_only_experiments_are_refused_off_the_cpu_on_one_line(tiny_dirs, data_cache, tmp_path):
+    """options, mctaco and extraction claim exact agreement only, which is shown on the cpu: with --device cuda
+    run.py refuses them before anything loads (one line, exit 2), naming them; protocol, which states a tolerance
+    off the cpu, is not refused. (On the cpu every dtype is exact: test_kernel_paths runs them in bfloat16.)"""
     out = tmp_path / "o"
-    proc = run_cli("run.py", "--cache", data_cache, "--out", out, "--model", tiny_dirs["llama"], "--dtype", "bfloat16",
+    proc = run_cli("run.py", "--cache", data_cache, "--out", out, "--model", tiny_dirs["llama"], "--device", "cuda",
                    *[a for name in ("protocol", "options", "mctaco", "extraction") for a in ("--experiment", name)])
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr

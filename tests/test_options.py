@@ -286,7 +286,7 @@ def test_every_row_of_a_small_split_five_conditions_bit_exact(options_all_run):
     assert [s["name"] for s in stages["stages"]] == ["imports", "official_model_load", "official",
                                                       "independent_model_load", "independent", "compare", "write"]
     assert stages["tokens"]["n_candidates"] == 10 * SMALL_N == stages["tokens"]["official_requests"]
-    assert stages["tokens"]["independent_forward_passes"] == 3 * SMALL_N   # one per distinct input sequence
+    assert stages["tokens"]["independent_forward_rows"] == 3 * SMALL_N     # one per distinct input sequence
     per = stages["tokens"]["per_condition"]
     assert per["list_text_fwd"] == per["list_letter_fwd"]       # same contexts, one-token candidates
     cfg = read(out, "config.json")

@@ -373,3 +373,39 @@ def test_official_py_is_the_only_runner_module_that_imports_lm_eval():
             if any(m == "lm_eval" or m.startswith("lm_eval.") for m in mods):
                 importers.append(path.name)
     assert set(importers) == {"official.py"}, importers
+
+
+def test_a_disagreement_message_names_kernels_threads_dtype_batches_and_what_to_try(monkeypatch):
+    from experiments import two_paths
+
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    independent = {7: [{"text": " negative", "token_ids": [1], "start": 3, "score": -1.0, "batch": [2, 5]}],
+                   9: [{"text": " negative", "token_ids": [1], "start": 3, "score": -1.0, "batch": [0, 1]}]}
+    message = two_paths.score_disagreement([7], independent, CONFIG)
+    assert "\n" not in message and message.startswith("1 items differ")
+    for part in ("MKL_ENABLE_INSTRUCTIONS=AVX2", "thread(s)", "float32", "batch size 16", "batch(es) [2]",
+                 "Try --threads 1", "MKL_CBWR=COMPATIBLE", "environment.json"):
+        assert part in message, part
+
+
+@pytest.mark.slow
+def test_a_disagreement_stops_the_run_with_that_line_and_installs_nothing(tiny_cache, tmp_path, monkeypatch,
+                                                                          capsys):
+    """A kernel that rounds one tensor differently in the two calls, simulated by moving the independent path's
+    scores by one part in 10^7: exit 1, the one-line message first on stderr, the rows in protocol.FAILED.json,
+    no evidence installed."""
+    import run as run_py
+    from experiments import scoring as scoring_module
+    from experiments.runlog import LibraryChatter
+
+    real = scoring_module.read_score
+    monkeypatch.setattr(scoring_module, "read_score", lambda *a: real(*a) * (1 + 1e-7))
+    args = run_py.parse_args(["--cache", str(tiny_cache), "--out", str(tmp_path / "o"), "--smoke", "--no-cache",
+                              "--model", "tiny-random-llama", "--experiment", "protocol"])
+    assert run_py.run_all(args, LibraryChatter(verbose=False)) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    first = next(line for line in err if "MISMATCH" in line)
+    assert "2 items differ" in first and "batch(es) [0]" in first and "Try --threads 1" in first
+    failed = json.loads((tmp_path / "o" / "protocol.FAILED.json").read_text())
+    assert [m["field"] for m in failed["mismatches"]] == ["scores", "scores"]
+    assert not (tmp_path / "o" / "protocol").exists()

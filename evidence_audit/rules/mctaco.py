@@ -146,8 +146,8 @@ def record_where(i, r):
 
 def audit_mctaco(C, name, out, levels, cache):
     # the forward level reads exactly the fields these records share with the protocol's (idx, candidates,
-    # official/independent scores and pred, official.is_greedy)
-    return run_levels(C, name, out, levels, cache, audit_mctaco_arithmetic, audit_mctaco_identity, two_path_forward,
+    # official/independent scores and pred, official.is_greedy), and the limit runs' own scores
+    return run_levels(C, name, out, levels, cache, audit_mctaco_arithmetic, audit_mctaco_identity, mctaco_forward,
                       headline=lambda s: {"acc": get(s, "independent.acc"), "f1": get(s, "independent.f1"),
                                           "em": get(s, "independent.em.em"), "incomplete_set": s.get("incomplete_set")})
 
@@ -441,6 +441,40 @@ def limit_table_check(C, name, plan, records, summ, fig, batch_size):
     shuffle = shuffle_expected(bad, demo.get("shuffle_before_cut") if isinstance(demo, dict) else None, rows)
     C.add(name, A, LIMIT_ROW, len(plan.limit_ns), bad, note=f"N = {list(plan.limit_ns)}")
     return {"reference": reference, "rows": rows, "shuffle_before_cut": shuffle}
+
+
+LIMIT_FORWARD = "limit runs' scores vs the forward pass"
+
+
+def mctaco_forward(C, name, ev, records, tokens, model_dir):
+    """The forward level: every record's scores (two_path_forward), then row LIMIT_FORWARD: each limit run's two
+    score lists against audit.py's own forward pass on the same documents' token ids (the arithmetic level takes
+    those lists as given; here they must be the model's own numbers, within the forward tolerance)."""
+    from evidence_audit import forward
+
+    figures = two_path_forward(C, name, ev, records, tokens, model_dir)
+    if figures is None:
+        C.skip(name, forward.L, LIMIT_FORWARD, "the forward pass did not run (see the rows above)")
+        return None
+    model, _ = forward.load_llama(model_dir)
+    by_idx, bad, n_scores = {r["idx"]: r for r in records}, [], 0
+    rows = get(ev["summary"], "limit_demo.rows") if ev["summary"] is not None else MISSING
+    for row in rows if isinstance(rows, list) else []:
+        n = row.get("limit") if isinstance(row, dict) else None
+        scores = limit_scores([], n, row.get("scores")) if is_int(n) else None
+        if scores is None or not all(i in by_idx for i in range(n)):
+            bad.append(f"summary.json limit_demo.rows (limit {short(n)}): no usable scores or documents")
+            continue
+        for i in range(n):
+            recomputed, _ = forward.candidate_scores(model, *tokens[i])
+            for side in ("official", "independent"):
+                for j, (got, want) in enumerate(zip(scores[side][i], recomputed)):
+                    n_scores += 1
+                    if not abs(got - want) <= forward.FORWARD_TOL:
+                        bad.append(f"limit {n} idx {i} {side}[{j}]: recorded {got!r}, recomputed {want!r} "
+                                   f"(tolerance {forward.FORWARD_TOL:g})")
+    C.add(name, forward.L, LIMIT_FORWARD, n_scores, bad)
+    return figures
 
 
 def limit_scores(bad, n, scores):
