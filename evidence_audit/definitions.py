@@ -76,3 +76,20 @@ def mcnemar_exact(gains, losses):
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
 
 
+
+
+def is_value_of(x, dtype):
+    """Is the float x a value of `dtype`? A score summed in a tensor of that dtype is one (float32, bfloat16: a
+    float32 whose low 16 bits are zero, float16); an edited score is usually not. Pure Python (no torch)."""
+    import struct
+
+    if not (isinstance(x, float) and math.isfinite(x)):
+        return False
+    try:
+        if dtype == "float16":
+            return struct.unpack("<e", struct.pack("<e", x))[0] == x
+        bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    except (OverflowError, struct.error):
+        return False
+    as_float32 = struct.unpack("<f", struct.pack("<I", bits))[0] == x
+    return as_float32 if dtype == "float32" else as_float32 and bits & 0xFFFF == 0 if dtype == "bfloat16" else False

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from evidence_audit.checks import MISSING, compare_tree, expect, get, short
 from evidence_audit.definitions import (SPLITS, argmax_first, confirmation_scored, is_int, is_num, is_sha,
-                                        select_items)
+                                        is_value_of, select_items)
 from evidence_audit.model_files import local_identity_problems
 from evidence_audit.reading import EVIDENCE_KEYS, REQUIRED, load_evidence, resolve_cache, sha256_text
 
@@ -178,7 +178,42 @@ def environment_check(C, name, ev):
         bad.append(f"environment.json git_commit: {short(env.get('git_commit'))} is not a commit id or null")
     if not isinstance(env.get("git_dirty"), (bool, type(None))):
         bad.append(f"environment.json git_dirty: {short(env.get('git_dirty'))} is not true, false or null")
+    bad += kernel_problems(env, config_block(ev["config"]) if isinstance(ev.get("config"), dict) else {})
     C.add(name, A, check, 1, bad, note="declared facts about the producing code: compared, not recomputed")
+
+
+# Written again on purpose (experiments/evidence.py KERNEL_ENV): the variables that choose the CPU kernels.
+KERNEL_ENV = ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_NUM_THREADS", "MKL_DYNAMIC", "MKL_DEBUG_CPU_TYPE",
+              "MKL_THREADING_LAYER", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+              "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE", "OMP_NUM_THREADS", "OMP_DYNAMIC",
+              "OMP_SCHEDULE", "OMP_PROC_BIND", "KMP_AFFINITY", "KMP_BLOCKTIME", "GOMP_CPU_AFFINITY",
+              "OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "TORCH_MKLDNN_MATMUL_MIN_DIM")
+KERNEL_KEYS = ("env", "torch_cpu_capability", "torch_threads", "parallel_info", "float32_matmul_precision", "mkl",
+               "onednn")
+
+
+def kernel_problems(env, conf):
+    """environment.json "kernels" (what chose the CPU kernels): its fields, every variable of KERNEL_ENV (a string or
+    null), and the thread count it ran with, which must be environment.json's, config.json's and the one torch's
+    parallel info names. Declared facts: compared, not recomputed."""
+    k = env.get("kernels", MISSING)
+    if not (isinstance(k, dict) and sorted(k) == sorted(KERNEL_KEYS) and isinstance(k["env"], dict)):
+        return [f"environment.json kernels: expected {{{', '.join(KERNEL_KEYS)}}}, found {short(k, 100)}"]
+    bad = []
+    if sorted(k["env"]) != sorted(KERNEL_ENV) or not all(isinstance(v, (str, type(None))) for v in k["env"].values()):
+        bad.append(f"environment.json kernels.env: expected the variables {', '.join(KERNEL_ENV)}, each a string or "
+                   f"null, found {short(k['env'], 100)}")
+    if not all(isinstance(k[f], (str, type(None))) for f in KERNEL_KEYS if f not in ("env", "torch_threads")):
+        bad.append("environment.json kernels: capability, parallel info, precision and builds must be strings")
+    threads = k["torch_threads"]
+    expect(bad, "environment.json", "kernels.torch_threads", threads, env.get("torch_threads", MISSING),
+           "environment.json torch_threads")
+    if "threads" in conf:        # config.json's own threads are checked against identity.json by the config row
+        expect(bad, "environment.json", "kernels.torch_threads", threads, conf["threads"], "config.json config.threads")
+    if is_int(threads) and f"at::get_num_threads() : {threads}" not in str(k["parallel_info"]):
+        bad.append(f"environment.json kernels.parallel_info: does not name {threads} thread(s) "
+                   "(at::get_num_threads())")
+    return bad
 
 
 # ---- stages.json ---------------------------------------------------------------------------------------------------
@@ -242,6 +277,11 @@ def record_unit(r):
     return r.get("idx") if "idx" in r else (r.get("task"), r.get("id"))
 
 
+def is_unit(item):
+    """A rank's item key as JSON: an int (idx), or a list of ints and strings (an options unit, a harness example)."""
+    return is_int(item) or (isinstance(item, list) and all(is_int(x) or isinstance(x, str) for x in item))
+
+
 def data_parallel_problems(stages, records, calls=("official", "independent"), unit_of=None):
     """stages.json "data_parallel" (a torchrun / accelerate run, or a --merge of --shard runs; absent in one
     process): world_size ranks, one entry each, and for each scoring call (the official and independent paths; the
@@ -258,15 +298,84 @@ def data_parallel_problems(stages, records, calls=("official", "independent"), u
     unit_of = unit_of or record_unit
     bad, want = [], sorted({unit_of(r) for r in records or [] if isinstance(r, dict)}, key=str)
     for call in calls:
-        lists = [r.get("items_scored", {}).get(call) if isinstance(r, dict) else None for r in ranks]
+        lists = [r["items_scored"].get(call) if isinstance(r, dict) and isinstance(r.get("items_scored"), dict)
+                 else None for r in ranks]
         if any(not isinstance(l, list) for l in lists):
             bad.append(f"stages.json data_parallel: a rank has no items_scored.{call} list")
+            continue
+        if not all(is_unit(i) for l in lists for i in l):
+            bad.append(f"stages.json data_parallel items_scored.{call}: an entry is not an idx or a [key, ...] list "
+                       f"of integers and strings ({short(lists, 120)})")
             continue
         got = [scored_key(i) for l in lists for i in l]
         if len(got) != len(set(map(str, got))) or sorted(set(got), key=str) != want:
             bad.append(f"stages.json data_parallel items_scored.{call}: {len(got)} entries over {world} ranks, "
                        f"expected each of the records' {len(want)} units exactly once")
     return bad
+
+
+WHOLE_BATCHES = "data-parallel ranks took whole batches (the plan rebuilt from the token ids)"
+
+
+def whole_batches_check(C, name, ev, records, tokens, unit_of=None, token_key=lambda r: r["idx"]):
+    """Row WHOLE_BATCHES, at the identity level of a data-parallel run (nothing in one process): the one-process
+    plan rebuilt from the verified token ids -- one row per distinct input (context + candidate[:-1]), longest
+    first then by ids, chunks of official_batch_size; batches one unit's rows span form one group, named by its
+    first batch; the k-th group to rank k mod N -- must be the ranks' items_scored of both paths exactly."""
+    stages = ev.get("stages")
+    dp = stages.get("data_parallel") if isinstance(stages, dict) else None
+    if dp is None:
+        return
+    if tokens is None:
+        C.skip(name, "identity", WHOLE_BATCHES, "needs the identity level's verified token ids, which failed")
+        return
+    unit_of, bad = unit_of or record_unit, []
+    size = config_block(ev["config"]).get("official_batch_size")
+    ranks, world = dp.get("ranks"), dp.get("world_size")
+    if not (is_int(size) and size >= 1 and is_int(world) and world >= 1 and isinstance(ranks, list)):
+        C.add(name, "identity", WHOLE_BATCHES, len(records), ["stages.json / config.json: no usable world size, "
+                                                               "ranks or official_batch_size"])
+        return
+    rows_of = {}
+    for r in records:
+        ctx, cands = tokens[token_key(r)]
+        rows_of.setdefault(unit_of(r), set()).update(tuple(ctx + c[:-1]) for c in cands)
+    order = sorted({row for rows in rows_of.values() for row in rows}, key=lambda row: (-len(row), row))
+    batch_of = {row: n // size for n, row in enumerate(order)}
+    root = list(range(len(order) // size + 1))
+
+    def find(b):
+        while root[b] != b:
+            b = root[b]
+        return b
+
+    for rows in rows_of.values():
+        batches = sorted({batch_of[row] for row in rows})
+        for b in batches[1:]:
+            root[max(find(b), find(batches[0]))] = min(find(b), find(batches[0]))
+    groups = sorted({find(batch_of[next(iter(rows))]) for rows in rows_of.values()})
+    rank_of_group = {g: k % world for k, g in enumerate(groups)}
+    want = [sorted((u for u, rows in rows_of.items() if rank_of_group[find(batch_of[next(iter(rows))])] == k),
+                   key=str) for k in range(world)]
+    for call in ("official", "independent"):
+        for k, rank in enumerate(ranks[:world]):
+            got = rank.get("items_scored", {}).get(call) if isinstance(rank, dict) and isinstance(
+                rank.get("items_scored"), dict) else None
+            got = sorted((scored_key(i) for i in got), key=str) if isinstance(got, list) and all(
+                is_unit(i) for i in got) else MISSING
+            expect(bad, "stages.json", f"data_parallel.ranks[{k}].items_scored.{call}", got, want[k],
+                   "whole batches of the one-process plan, the k-th group to rank k mod N")
+    C.add(name, "identity", WHOLE_BATCHES, len(records), bad, note=f"{len(groups)} group(s) over {world} ranks")
+
+
+def identity_with_whole_batches(identity, unit_of=None, token_key=lambda r: r["idx"]):
+    """An identity level followed by whole_batches_check on the token ids it verified."""
+    def run(C, name, out, ev, records, model_dir, parquet):
+        tokens = identity(C, name, out, ev, records, model_dir, parquet)
+        if records is not None:
+            whole_batches_check(C, name, ev, records, tokens, unit_of, token_key)
+        return tokens
+    return run
 
 
 def token_span(values):
@@ -450,6 +559,13 @@ def abs_diff_problems(records, where_of=idx_where):
 # ---- the independent path's batches (protocol, options, MC-TACO) ---------------------------------------------------
 
 BATCHES = "independent path in lm-eval's batches (batch size, rows, padded shapes)"
+# Written again on purpose (experiments/scoring.py BATCH_RULE): the rule the independent path says it followed.
+BATCH_RULE = ("lm-eval 0.4.9.2 HFLM loglikelihood batches, formed independently: one forward row per distinct "
+              "input (context + candidate without its last token); rows longest first, equal lengths by token ids "
+              "ascending; consecutive chunks of batch_size rows; each right-padded with id 0 to its longest row, "
+              "no attention mask; log_softmax over the vocabulary of the whole batch; a candidate's score is the "
+              "sum of its tokens' log-probabilities read from the last len(candidate) positions of its row")
+BATCHING_KEYS = ("rule", "batch_size", "n_requests", "n_rows", "n_batches", "shapes")
 
 
 def lm_eval_batch_shapes(records, batch_size):
@@ -465,28 +581,66 @@ def lm_eval_batch_shapes(records, batch_size):
     return sum(len(r["candidates"]) for r in records), len(rows), shapes
 
 
+def is_shapes(v):
+    return isinstance(v, list) and all(isinstance(s, list) and len(s) == 2 and all(is_int(x) for x in s) for s in v)
+
+
 def batching_check(C, name, cfg, records):
-    """Row BATCHES: the independent path says it formed lm-eval's batches (config.json independent.batching) at the
-    batch size lm-eval ran (official.hflm.batch_size, config official_batch_size): its counts and every batch's
-    shape are recomputed from the records. A data-parallel run took whole batches per rank: the same shapes."""
+    """Row BATCHES: the independent path says it formed lm-eval's batches (config.json independent.batching, the
+    rule written again here) at the batch size lm-eval ran (official.hflm.batch_size, config official_batch_size):
+    its counts and every batch's shape are recomputed from the records. The batch size itself is declared (both
+    paths ran it; float32 on a CPU that rounds a row alike in any batch cannot show it). A data-parallel run took
+    whole batches per rank: the same shapes (the identity level rebuilds the ranks' batches)."""
     bad = []
     facts, conf = get(cfg, "independent.batching"), config_block(cfg)
     size = conf.get("official_batch_size", MISSING)
     expect(bad, "config.json", "official.hflm.batch_size", get(cfg, "official.hflm.batch_size"), size,
            "config official_batch_size")
-    if not isinstance(facts, dict) or not isinstance(facts.get("rule"), str):
-        bad.append(f"config.json independent.batching: {short(facts)} is not the batching facts (rule, batch_size, "
-                   "n_requests, n_rows, n_batches, shapes)")
+    if not isinstance(facts, dict):
+        bad.append(f"config.json independent.batching: {short(facts)} is not the batching facts ({BATCHING_KEYS})")
     elif not (is_int(size) and size >= 1):
         bad.append(f"config.json config.official_batch_size: {short(size)} is not a positive integer")
     else:
-        n_requests, n_rows, shapes = lm_eval_batch_shapes(records, size)
-        for key, want in (("batch_size", size), ("n_requests", n_requests), ("n_rows", n_rows),
-                          ("n_batches", len(shapes)), ("shapes", shapes)):
-            expect(bad, "config.json", f"independent.batching.{key}", facts.get(key, MISSING), want,
-                   "recomputed from the records")
+        bad += [f"config.json independent.batching.{k}: a claim audit.py has no rule to recompute"
+                for k in sorted(set(facts) - set(BATCHING_KEYS))]
+        expect(bad, "config.json", "independent.batching.rule", facts.get("rule", MISSING), BATCH_RULE,
+               "the rule audit.py recomputes")
+        typed = all(is_int(facts.get(k)) for k in ("batch_size", "n_requests", "n_rows", "n_batches"))
+        if not (typed and is_shapes(facts.get("shapes"))):
+            bad.append("config.json independent.batching: counts must be integers and shapes [[rows, length], ...] "
+                       f"of integers, found {short({k: facts.get(k) for k in BATCHING_KEYS[1:]}, 120)}")
+        else:
+            n_requests, n_rows, shapes = lm_eval_batch_shapes(records, size)
+            for key, want in (("batch_size", size), ("n_requests", n_requests), ("n_rows", n_rows),
+                              ("n_batches", len(shapes)), ("shapes", shapes)):
+                expect(bad, "config.json", f"independent.batching.{key}", facts.get(key, MISSING), want,
+                       "recomputed from the records")
     C.add(name, A, BATCHES, len(records), bad,
-          note=f"batch size {size}" if is_int(size) else "")
+          note=(f"batch size {size} declared (lm-eval's); counts and every batch's shape recomputed"
+                if is_int(size) else ""))
+
+
+SCORED_DTYPE = "scores are values of the scored dtype (float32, bfloat16 or float16)"
+
+
+def dtype_check(C, name, cfg, scores):
+    """Row SCORED_DTYPE: both paths sum their scores in a tensor of the run's dtype, so every recorded score is a
+    value of it: a float32 run's scores are float32 numbers, a bfloat16 run's have 8 bits of mantissa. `scores`:
+    [(where, score)]. An edited score, or a float32 run relabelled bfloat16, is usually not."""
+    dtype = config_block(cfg).get("dtype", MISSING)
+    if dtype not in ("float32", "bfloat16", "float16"):
+        C.add(name, A, SCORED_DTYPE, len(scores), [f"config.json config.dtype: {short(dtype)} is not float32, "
+                                                   "bfloat16 or float16"])
+        return
+    bad = [f"{where}: {score!r} is not a {dtype} value" for where, score in scores if not is_value_of(score, dtype)]
+    C.add(name, A, SCORED_DTYPE, len(scores), bad[:20] + ([f"... {len(bad) - 20} more"] if len(bad) > 20 else []),
+          note=dtype)
+
+
+def record_scores(records, where_of=lambda r: f"idx {r['idx']}"):
+    """[(where, score)] of both paths' scores of every record (the input of dtype_check)."""
+    return [(f"{where_of(r)} {side}.scores[{j}]", s) for r in records for side in ("official", "independent")
+            for j, s in enumerate(r[side]["scores"])]
 
 
 # ---- summary.json --------------------------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ with it depends on how the process was started (the process-wide PLAN, set by ru
                  files, checked for missing, overlapping and foreign items, and the experiment continues as above.
 
 The assignment is a fixed rule on the selected items, never on timing: the distinct group keys of the items
-(`group(item)`: the idx, or the question for MC-TACO so that a question's candidates stay on one rank) in ascending
-order, the k-th to rank k mod N. `combine(metas, per_item)` builds the one meta a single process would have returned
+(`group(item)`: by default the idx; for the loglikelihood experiments whole batches of the one-process plan,
+two_paths.by_whole_batches, so that every rank's lm-eval call forms exactly the batches one process forms) in
+ascending order, the k-th to rank k mod N. `combine(metas, per_item)` builds the one meta a single process would have returned
 from the parts' metas (e.g. lm-eval's aggregate metrics over the gathered samples); by default the first part's.
 
 A part that raises stops every rank at the same gather: the exception is gathered too and each rank raises it
@@ -36,8 +37,9 @@ from datetime import timedelta
 
 from resources import ResourceError
 
-RULE = ("the distinct group keys of the selected items (the idx; for MC-TACO the question) in ascending order, the "
-        "k-th to rank k mod N; never by timing")
+RULE = ("the distinct group keys of the selected items in ascending order, the k-th to rank k mod N; never by "
+        "timing. A loglikelihood call's group is whole batches of its one-process plan, named by the first (so each "
+        "rank's lm-eval call forms the batches one process forms); other calls group by item (idx, or task and id)")
 TIMEOUT_ENV = "EVAL_DIST_TIMEOUT_S"
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 

@@ -526,14 +526,28 @@ def test_identity_fails_a_field_with_no_rule_and_a_changed_config():
     assert any("scoring_config:" in p for p in bad), bad
 
 
+def kernels(threads):
+    """environment.json's "kernels" block as run.py writes it (experiments/evidence.py kernel_identity)."""
+    return {"env": {k: None for k in shared.KERNEL_ENV}, "torch_cpu_capability": "AVX512", "torch_threads": threads,
+            "parallel_info": f"ATen/Parallel:\n\tat::get_num_threads() : {threads}\n",
+            "float32_matmul_precision": "highest", "mkl": "MKL 2024.2", "onednn": "oneDNN v3.12.0"}
+
+
 def test_environment_check_compares_the_code_facts_with_identity():
-    env = {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {"torch": "1"}}
+    env = {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {"torch": "1"}, "torch_threads": 2,
+           "kernels": kernels(2)}
     C = audit_checks.Checks()
     shared.environment_check(C, "x", {"environment": env, "identity": _identity({})})
     shared.environment_check(C, "x", {"environment": dict(env, code_sha256="other"), "identity": _identity({})})
     shared.environment_check(C, "x", {"environment": None, "identity": _identity({})})
-    assert [r["status"] for r in C.rows] == ["PASS", "FAIL", "SKIPPED"]
+    for edit in (lambda k: k.update(torch_threads=3), lambda k: k["env"].pop("MKL_CBWR"),
+                 lambda k: k["env"].update(MKL_ENABLE_INSTRUCTIONS=7), lambda k: k.update(parallel_info="x")):
+        bad = kernels(2)
+        edit(bad)
+        shared.environment_check(C, "x", {"environment": dict(env, kernels=bad), "identity": _identity({})})
+    assert [r["status"] for r in C.rows] == ["PASS", "FAIL", "SKIPPED"] + ["FAIL"] * 4
     assert "identity.json code_sha256" in C.rows[1]["first_failure"]
+    assert all("environment.json kernels" in r["first_failure"] for r in C.rows[3:])
 
 
 def test_record_shape_names_record_and_field():
@@ -578,7 +592,8 @@ def tiny_harness_evidence(out):
             "metric": "exact_match", "sha256": task_sha, "n_examples_in_file": 2}
     board = {"schema": harness_rule.H_SCHEMA, "tasks": {"arith": task}, "overall": 0.5, "settings": cfg["settings"]}
     summary = {"split": "smoke", "n_examples": 2, "leaderboard": board, "tasks_are_shipped_fixtures": {"arith": False}}
-    env = {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {"torch": "1"}, "run_id": RUN_ID}
+    env = {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {"torch": "1"}, "run_id": RUN_ID,
+           "torch_threads": 1, "kernels": kernels(1)}
     ident = dict(_identity(conf), config_sections=["shared", "harness"], run_id=RUN_ID)
     stages = _stages(("load_model", 1.0, 100), ("generate_and_score", 2.0, 200), total=3.5)
     stages["threads"], stages["tokens"] = 1, {"calls": 2, "prompt": 10, "generated": 2}
@@ -1033,3 +1048,68 @@ def test_review_sheet_of_bad_json_is_one_line_exit_2(smoke_run, tmp_path, sheet,
     proc = audit(smoke_run[0], "--experiment", "extraction", "--review", path, "--report", tmp_path / "a.json")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and f"sheet.json: line 1: {needle}" in proc.stderr
+
+
+# ---- agreement by construction: the batches, the dtype grid, whole batches per rank -------------------------------
+
+def test_a_score_is_a_value_of_its_dtype():
+    import struct
+
+    f32 = struct.unpack("<f", struct.pack("<f", -4.9424729347229))[0]
+    assert definitions.is_value_of(f32, "float32") and not definitions.is_value_of(f32 + 1e-9, "float32")
+    assert definitions.is_value_of(-4.1875, "bfloat16") and not definitions.is_value_of(f32, "bfloat16")
+    assert definitions.is_value_of(-0.0625, "float16") and not definitions.is_value_of(-0.1, "float16")
+    for junk in (float("nan"), float("inf"), 1e300, "-1.0", None, 3):
+        assert not definitions.is_value_of(junk, "float32"), junk
+
+
+def mc_records(lengths):
+    """Records with one-token candidates whose contexts have these lengths (one distinct prompt each)."""
+    return [{"idx": i, "prompt_sha256": f"{i:064x}", "context_tokens": n,
+             "candidates": [{"text": " a", "start": n, "token_ids": [5]}, {"text": " b", "start": n, "token_ids": [6]}]}
+            for i, n in enumerate(lengths)]
+
+
+def batching_cfg(size=2, **facts):
+    base = {"rule": shared.BATCH_RULE, "batch_size": size, "n_requests": 10, "n_rows": 5, "n_batches": 3,
+            "shapes": [[2, 30], [2, 20], [1, 10]]}
+    return {"config": {"official_batch_size": size}, "official": {"hflm": {"batch_size": size}},
+            "independent": {"batching": {**base, **facts}}}
+
+
+@pytest.mark.parametrize("cfg,problem", [
+    (batching_cfg(), None),
+    (batching_cfg(shapes=[[2, 30], [2, 20], [1, 11]]), "independent.batching.shapes"),
+    (batching_cfg(n_rows=5.0), "counts must be integers"),
+    (batching_cfg(rule="one unpadded sequence per forward pass"), "independent.batching.rule"),
+    (batching_cfg(per_rank=[1]), "per_rank: a claim audit.py has no rule"),
+    (batching_cfg(size=0), "official_batch_size: 0 is not a positive integer"),
+    (dict(batching_cfg(), official={"hflm": {"batch_size": 1}}), "official.hflm.batch_size"),
+    (dict(batching_cfg(), independent={"batching": "all of them"}), "is not the batching facts"),
+])
+def test_the_batching_facts_are_recomputed_from_the_records(cfg, problem):
+    C = audit_checks.Checks()
+    shared.batching_check(C, "x", cfg, mc_records([20, 10, 30, 29, 19]))   # rows 29+30, 19+20, 10: one per item
+    row = C.rows[0]
+    assert (row["status"], problem is None or problem in row["first_failure"]) == (
+        "PASS" if problem is None else "FAIL", True), row
+
+
+def test_whole_batches_per_rank_are_rebuilt_from_the_token_ids():
+    """5 items of lengths 30, 29, 20, 19, 10 at batch size 2: batches {30, 29}, {20, 19}, {10}; rank 0 takes the first
+    and third, rank 1 the second. A list that is still a partition but splits a batch fails."""
+    records = mc_records([20, 10, 30, 29, 19])
+    tokens = {r["idx"]: (list(range(100 * r["idx"], 100 * r["idx"] + r["context_tokens"])), [[5], [6]])
+              for r in records}
+
+    def ev(lists):
+        ranks = [{"items_scored": {"official": l, "independent": l}} for l in lists]
+        return {"config": {"config": {"official_batch_size": 2}},
+                "stages": {"data_parallel": {"world_size": 2, "ranks": ranks}}}
+
+    C = audit_checks.Checks()
+    shared.whole_batches_check(C, "x", ev([[2, 3, 1], [0, 4]]), records, tokens)
+    shared.whole_batches_check(C, "x", ev([[2, 0, 1], [3, 4]]), records, tokens)
+    shared.whole_batches_check(C, "x", {"config": {}, "stages": {}}, records, tokens)      # one process: no row
+    assert [r["status"] for r in C.rows] == ["PASS", "FAIL"]
+    assert "ranks[0].items_scored.official" in C.rows[1]["first_failure"]

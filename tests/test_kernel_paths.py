@@ -19,7 +19,8 @@ import pytest
 
 from conftest import run_cli
 
-EXPERIMENTS = ("protocol", "options", "mctaco")
+EXPERIMENTS = ("protocol", "options", "mctaco")            # loglikelihood, in lm-eval's batches
+GENERATING = "extraction"                                    # greedy generation, one sequence at a time
 SETTINGS = {                                   # name -> (environment, run.py flags)
     "MKL_ENABLE_INSTRUCTIONS=AVX2": ({"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, []),
     "MKL_ENABLE_INSTRUCTIONS=SSE4_2": ({"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}, []),
@@ -35,7 +36,8 @@ KERNEL_VARIABLES = ("MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "MKL_CBWR"
 
 
 def exact_everywhere(out):
-    """Every experiment agrees bit for bit: every candidate score, every MC-TACO limit run on its own batches."""
+    """Every experiment agrees bit for bit: every candidate score, every MC-TACO limit run on its own batches, every
+    generated token."""
     for name in EXPERIMENTS:
         summary = json.loads((out / name / "summary.json").read_text())
         agreement = summary["agreement"]
@@ -47,6 +49,9 @@ def exact_everywhere(out):
         if name == "mctaco":
             rows = summary["limit_demo"]["rows"]
             assert rows and all(r["max_abs_diff_vs_independent"] == 0.0 for r in rows)
+    summary = json.loads((out / GENERATING / "summary.json").read_text())
+    generated = summary["lm_eval_generate_until"]                 # lm-eval's generations equal the independent ones
+    assert generated["all_identical"] and generated["n_identical"] == generated["n_compared"] == summary["n_items"]
 
 
 @pytest.mark.slow
@@ -61,7 +66,7 @@ def test_every_kernel_path_thread_count_and_dtype_agrees_exactly(prepared_cache,
     env, flags = SETTINGS[setting]
     out = tmp_path / "o"
     args = ["run.py", "--cache", prepared_cache, "--out", out, "--smoke", "--no-cache", *flags]
-    for name in EXPERIMENTS:
+    for name in (*EXPERIMENTS, GENERATING):
         args += ["--experiment", name]
     proc = run_cli(*args, env=env, unset=KERNEL_VARIABLES)        # this setting alone, the others at default
     assert proc.returncode == 0, f"{setting}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"

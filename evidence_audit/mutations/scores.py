@@ -3,8 +3,8 @@ texts, and consistent score edits only the forward level can see)."""
 import copy
 import json
 
-from evidence_audit.mutations.tools import (edit_json, flip_hex, json_file, kind, other_value, private_rows,
-                                            records, shift_loser)
+from evidence_audit.mutations.tools import (NotApplicable, edit_json, first_where, flip_hex, float32, json_file,
+                                            kind, other_value, private_rows, records, shift_loser)
 from evidence_audit.reading import read_json, sha256_text
 
 A_, I_, F_ = "arithmetic", "identity", "forward"
@@ -113,6 +113,32 @@ def m_difference_ci(o):
     ci[1] = ci[1] - 1e-4
 
 
+def m_off_grid(recs):
+    """Both paths' losing score moved by 1e-7 (no float32 value is there): predictions and agreement unchanged."""
+    r = recs[0]
+    loser = 1 - r["independent"]["pred"]
+    for side in ("official", "independent"):
+        r[side]["scores"][loser] -= 1e-7
+
+
+def m_batch_shape(o):
+    o["independent"]["batching"]["shapes"][0][1] += 1
+
+
+def m_move_unit(exp):
+    """A data-parallel run: one unit moved from the rank that scored it to another, in both paths' lists."""
+    def apply(o):
+        ranks = (o.get("data_parallel") or {}).get("ranks")
+        if not ranks:
+            raise NotApplicable("not a data-parallel run")
+        src = first_where(ranks, lambda r: r["items_scored"]["official"], f"{exp} rank with items")
+        dst = next(r for r in ranks if r is not src)
+        for call in ("official", "independent"):
+            unit = src["items_scored"][call].pop()
+            dst["items_scored"][call].append(unit)
+    return apply
+
+
 def protocol_kinds():
     P, rec = "protocol", lambda fn, n=1: records("protocol", fn, n)   # noqa: E731
     return [
@@ -156,6 +182,16 @@ def protocol_kinds():
              json_file("protocol/summary.json", m_interval), A_, "summary.json"),
         kind("uncertainty_pvalue", P, "summary.json: the McNemar p of independent vs the constant class changed",
              json_file("protocol/summary.json", m_pvalue), A_, "summary.json"),
+        kind("score_off_dtype_grid", P, "record 0: the losing score moved by 1e-7 on both paths (not a float32 value)",
+             rec(m_off_grid), A_, "scores are values of the scored dtype"),
+        kind("batch_shape", P, "config.json: independent.batching.shapes[0] one token longer",
+             json_file("protocol/config.json", m_batch_shape), A_, "independent path in lm-eval's batches"),
+        kind("kernel_threads", P, "environment.json: kernels.torch_threads changed",
+             json_file("environment.json", lambda o: o["kernels"].update(torch_threads=o["kernels"]["torch_threads"] + 1)),
+             A_, "environment.json consistency"),
+        kind("rank_took_part_of_a_batch", P, "stages.json (data-parallel run): one item moved to another rank in both "
+             "paths' lists (still a partition)", json_file("protocol/stages.json", m_move_unit("protocol")),
+             I_, "data-parallel ranks took whole batches"),
     ]
 
 
@@ -213,6 +249,41 @@ def m_private_answer(rows):
     rows[0]["answer"] += "s"
 
 
+def m_limit_scores(o):
+    """A limit run's losing score lowered on both paths, to a float32 value, with every figure the audit derives from
+    the row's scores kept consistent (predictions, acc, F1 and EM do not move): only the forward level can tell."""
+    rows = o["limit_demo"]["rows"]
+    if not rows:
+        raise NotApplicable("no limit runs")
+    row = rows[-1]
+    loser = 1 - row["preds"][0]
+    for side in ("official", "independent"):
+        row["scores"][side][0][loser] = float32(row["scores"][side][0][loser] - 1e-3)
+    main = o.get("_main_scores")
+    if main is None:
+        raise NotApplicable("needs the main run's scores")
+
+
+def m_limit_scores_in(d):
+    """m_limit_scores on summary.json, with max_abs_diff_vs_main_run and the observed count recomputed from the
+    main run's records as the audit does."""
+    from evidence_audit.reading import read_jsonl
+
+    main = {r["idx"]: r["official"]["scores"] for r in read_jsonl(d / "mctaco" / "records.jsonl")}
+
+    def fn(o):
+        o["_main_scores"] = main
+        m_limit_scores(o)
+        del o["_main_scores"]
+        rows = o["limit_demo"]["rows"]
+        for row in rows:
+            row["max_abs_diff_vs_main_run"] = max(abs(a - b) for i, pair in enumerate(row["scores"]["official"])
+                                                  for a, b in zip(pair, main[i]))
+        o["limit_demo"]["shuffle_before_cut"]["observed"]["scores_identical_to_main_run"] = sum(
+            r["max_abs_diff_vs_main_run"] == 0.0 for r in rows)
+    edit_json(d, "mctaco/summary.json", fn)
+
+
 def mctaco_kinds():
     M, rec = "mctaco", lambda fn, n=1: records("mctaco", fn, n)   # noqa: E731
     return [
@@ -228,6 +299,9 @@ def mctaco_kinds():
         kind("mctaco_scores_shifted", M, "a losing candidate's score -= 1e-3 on both paths (every derived figure "
              "stays consistent)", rec(shift_loser(("official", "independent"), ("official.pred", "independent.pred"))),
              F_, "candidate scores"),
+        kind("mctaco_limit_scores_shifted", M, "summary.json: the last limit run's first losing score -= 1e-3 on both "
+             "paths (every figure derived from it kept consistent)", m_limit_scores_in, F_,
+             "limit runs' scores vs the forward pass"),
     ]
 
 

@@ -166,10 +166,17 @@ def first_where(rows, pred, what):
     raise NotApplicable(f"no {what} in this evidence")
 
 
+def float32(x):
+    """x rounded to a float32 value: what a careful forger writes, since every real score is one."""
+    import struct
+
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
 def shift_loser(paths, preds, delta=1e-3):
     """Lower, on both scoring paths, the score of a candidate that no recorded prediction chose, in the first
-    record whose predictions all agree: every argmax, correctness and agreement figure stays as recorded (equal
-    scores stay equal), only the model's own numbers (the forward level) can tell."""
+    record whose predictions all agree, to another float32 value: every argmax, correctness and agreement figure
+    stays as recorded (equal scores stay equal), only the model's own numbers (the forward level) can tell."""
     def fn(rows):
         def agree(r):
             return len({json.dumps(get(r, p)) for p in preds}) == 1
@@ -177,5 +184,5 @@ def shift_loser(paths, preds, delta=1e-3):
         winner = get(r, preds[0])
         loser = next(j for j in range(len(get(r, paths[0])["scores"])) if j != winner)
         for p in paths:
-            get(r, p)["scores"][loser] -= delta
+            get(r, p)["scores"][loser] = float32(get(r, p)["scores"][loser] - delta)
     return fn

@@ -30,7 +30,7 @@ from evidence_audit.definitions import argmax_first, is_int, is_num, is_sha
 from evidence_audit.fast_mode import fast_expected
 from evidence_audit.forward import two_path_forward
 from evidence_audit.reading import Unreadable, sha256_text
-from evidence_audit.shared import (batching_check, lm_eval_batch_shapes, abs_diff_problems, both_paths_pred_problems, candidate_problems,
+from evidence_audit.shared import (batching_check, dtype_check, identity_with_whole_batches, record_scores, lm_eval_batch_shapes, abs_diff_problems, both_paths_pred_problems, candidate_problems,
                                    candidate_token_counts, config_block, environment_check, identity_problems,
                                    model_problems, rank_order_problems, record_shape_check, required_files,
                                    restated_problems, run_levels, split_problems, stages_check, summary_check,
@@ -147,7 +147,8 @@ def record_where(i, r):
 def audit_mctaco(C, name, out, levels, cache):
     # the forward level reads exactly the fields these records share with the protocol's (idx, candidates,
     # official/independent scores and pred, official.is_greedy), and the limit runs' own scores
-    return run_levels(C, name, out, levels, cache, audit_mctaco_arithmetic, audit_mctaco_identity, mctaco_forward,
+    return run_levels(C, name, out, levels, cache, audit_mctaco_arithmetic,
+                      identity_with_whole_batches(audit_mctaco_identity), mctaco_forward,
                       headline=lambda s: {"acc": get(s, "independent.acc"), "f1": get(s, "independent.f1"),
                                           "em": get(s, "independent.em.em"), "incomplete_set": s.get("incomplete_set")})
 
@@ -199,6 +200,9 @@ def audit_mctaco_arithmetic(C, name, ev):
     summary_values_check(C, name, ev, plan, records, figures, limit_demo)
     tokens = {**candidate_token_counts(records), "limit_run_documents": sum(plan.limit_ns)}
     batching_check(C, name, ev["config"], records)
+    dtype_check(C, name, ev["config"], record_scores(records) + [
+        (f"limit {row['limit']} {side}[{i}][{j}]", x) for row in limit_demo["rows"] for side in ("official", "independent")
+        for i, pair in enumerate(row["scores"][side]) for j, x in enumerate(pair)])
     stages_check(C, name, ev, tokens, len(records))
     return records
 
@@ -421,9 +425,9 @@ def limit_table_check(C, name, plan, records, summ, fig, batch_size):
                  "em": fig.em["em"], "incomplete_set": bool(fig.cut)}
     by_idx = {r["idx"]: r for r in records}
     demo = get(summ, "limit_demo") if summ is not None else MISSING
-    recorded = {row.get("limit"): row for row in (demo.get("rows") if isinstance(demo, dict) and
-                                                    isinstance(demo.get("rows"), list) else [])
-                if isinstance(row, dict)}
+    recorded = {row["limit"]: row for row in (demo.get("rows") if isinstance(demo, dict) and
+                                               isinstance(demo.get("rows"), list) else [])
+                if isinstance(row, dict) and is_int(row.get("limit"))}
     bad, rows = [], []
     for n, kind in plan.limit_ns.items():
         first = [by_idx[i] for i in range(n) if i in by_idx]
@@ -505,7 +509,8 @@ def limit_row(n, kind, first, scores, plan, fig, reference, batch_size):
         "lm_eval": {"acc": acc, "f1": f1, "n_samples": {"original": plan.n_rows, "effective": n}},
         "doc_ids": list(range(n)), "doc_ids_are_first_n": True, "preds": preds,
         "scores": {"official": official, "independent": independent},
-        "batch_shapes": lm_eval_batch_shapes(first, batch_size)[2] if is_int(batch_size) else MISSING,
+        "batch_shapes": lm_eval_batch_shapes(first, batch_size)[2] if is_int(batch_size) and batch_size >= 1
+        else MISSING,
         "max_abs_diff_vs_independent": max(abs(a - b) for o, i in zip(official, independent) for a, b in zip(o, i)),
         "max_abs_diff_vs_main_run": max(abs(a - b) for o, r in zip(official, first)
                                         for a, b in zip(o, r["official"]["scores"])),

@@ -30,7 +30,7 @@ from evidence_audit.definitions import (argmax_divided, argmax_first, confirmati
                                         mcnemar_exact)
 from evidence_audit.forward import audit_candidate_scores
 from evidence_audit.reading import sha256_text
-from evidence_audit.shared import (batching_check, CANDIDATE_FIELDS, RecordShape, abs_diff_problems, both_paths_pred_problems,
+from evidence_audit.shared import (batching_check, dtype_check, identity_with_whole_batches, record_scores, CANDIDATE_FIELDS, RecordShape, abs_diff_problems, both_paths_pred_problems,
                                    candidate_problems, candidate_token_counts, config_block, environment_check,
                                    hash_selection, hash_selection_problems, identity_problems, model_problems,
                                    rank_order_problems, record_shape_check, required_files, restated_problems,
@@ -83,12 +83,18 @@ def rec_key(r):
     return r["idx"], r["condition"]
 
 
+def option_unit(r):
+    """What one rank scores of a record (experiments/options.py scoring_units): the item's context it uses."""
+    return r.get("idx"), r.get("prompt_kind")
+
+
 def rec_where(r):
     return f"idx {r['idx']} {r['condition']}"
 
 
 def audit_options(C, name, out, levels, cache):
-    return run_levels(C, name, out, levels, cache, audit_options_arithmetic, audit_options_identity,
+    return run_levels(C, name, out, levels, cache, audit_options_arithmetic,
+                      identity_with_whole_batches(audit_options_identity, unit_of=option_unit, token_key=rec_key),
                       audit_options_forward)
 
 
@@ -226,8 +232,8 @@ def audit_options_arithmetic(C, name, ev):
     else:
         summary_values_check(C, name, ev, records, cond_by, comps, positions)
     batching_check(C, name, ev["config"], records)
-    stages_check(C, name, ev, token_counts(records, list(cond_by)), len(records),
-                 unit_of=lambda r: (r.get("idx"), r.get("prompt_kind")))
+    dtype_check(C, name, ev["config"], record_scores(records, rec_where))
+    stages_check(C, name, ev, token_counts(records, list(cond_by)), len(records), unit_of=option_unit)
     return records
 
 

@@ -16,7 +16,7 @@ from evidence_audit.fast_mode import fast_expected
 from evidence_audit.forward import two_path_forward
 from evidence_audit.model_files import expected_agreement_claim
 from evidence_audit.reading import sha256_text
-from evidence_audit.shared import (batching_check, abs_diff_problems, both_paths_pred_problems, candidate_problems,
+from evidence_audit.shared import (batching_check, dtype_check, identity_with_whole_batches, record_scores, abs_diff_problems, both_paths_pred_problems, candidate_problems,
                                    candidate_token_counts, config_block, environment_check, hash_selection,
                                    hash_selection_problems, identity_problems, model_problems, rank_order_problems,
                                    record_shape_check, required_files, restated_problems, run_levels, split_note,
@@ -43,7 +43,8 @@ DATA_PARQUET = "data parquet (n_rows, content hash, sentence and label per idx)"
 
 
 def audit_protocol(C, name, out, levels, cache):
-    return run_levels(C, name, out, levels, cache, audit_protocol_arithmetic, audit_protocol_identity,
+    return run_levels(C, name, out, levels, cache, audit_protocol_arithmetic,
+                      identity_with_whole_batches(audit_protocol_identity),
                       two_path_forward)
 
 
@@ -68,6 +69,7 @@ def audit_protocol_arithmetic(C, name, ev):
     predictions_checks(C, name, records)
     summary_values_check(C, name, ev, records, choices)
     batching_check(C, name, ev["config"], records)
+    dtype_check(C, name, ev["config"], record_scores(records))
     stages_check(C, name, ev, candidate_token_counts(records), len(records))
     return records
 
