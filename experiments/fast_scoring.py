@@ -2,12 +2,11 @@
 
     s_ij = sum_t log p(y_jt | x_i, y_j,<t)      (as in scoring.py: no BOS, no EOS, no normalisation)
 
-Parity mode (scoring.py, one sequence per forward pass, no padding) stays the default and is the one that must
-agree with lm-eval bit for bit. This mode trades bit-exactness for speed; it is accepted only where it agrees with
-parity mode (every argmax identical, max |fast - parity| within config `fast_tolerance`), and the protocol
-experiment reports that comparison on the same run (`run.py --fast`). Scores from this mode are never written to
-the result cache: with padding, a score depends on which other requests share its batch (matmul shapes change
-the float rounding), so it is not a function of the item's identity alone.
+Parity mode (scoring.py: lm-eval's own batches, so lm-eval's tensors) stays the default and is the one that must
+agree with lm-eval bit for bit. This mode runs batches of its own, other shapes than lm-eval's, so it trades
+bit-exactness for speed; it is accepted only where it agrees with parity mode (every argmax identical, max |fast -
+parity| within config `fast_tolerance`), and the protocol experiment reports that comparison on the same run
+(`run.py --fast`). Scores from this mode are never written to the result cache.
 
 What makes it fast (all of it plain PyTorch around the Hugging Face model; no custom kernels):
 1. One forward pass per shared context. Candidates whose context token ids are identical share one pass; a

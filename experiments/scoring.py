@@ -145,10 +145,12 @@ class BatchPlan:
         self.batch_of = [b for b, (lo, hi) in enumerate(self.batches) for _ in range(lo, hi)]
 
     def where(self, request):
-        """[batch, row within the batch] of a request: where its score sits in the tensors."""
+        """[batch, row within the batch, rows in the batch, padded length] of a request: where its score sits in
+        the tensors, and their shape."""
         row = self.row_of[request]
         b = self.batch_of[row]
-        return [b, row - self.batches[b][0]]
+        lo, hi = self.batches[b]
+        return [b, row - lo, hi - lo, len(self.rows[lo])]
 
     def shapes(self):
         """[rows, padded length] of every batch."""
@@ -242,7 +244,7 @@ def score_items(model, tokenizer, items, limit, batch_size, cache=None, progress
     """Score every candidate of every item [(where, context, candidates)] in lm-eval's batches for this whole set
     of items (one loglikelihood call of lm-eval over the same requests).
 
-    Returns ([[{"text", "token_ids", "start", "score", "batch": [batch, row]}] per item], plan, served) with
+    Returns ([[{"text", "token_ids", "start", "score", "batch": BatchPlan.where}] per item], plan, served) with
     served[k] True for the k-th candidate overall if its batch came from the cache."""
     requests = encode_items(tokenizer, items, limit)
     plan = lm_eval_batches(requests, batch_size)

@@ -161,12 +161,14 @@ def score_disagreement(keys, independent, config, noun="items"):
     """The message of IdentityMismatch when the two paths' scores differ although both ran the same batches: in
     one line, what differed (the kernels, threads, dtype, and the batches of the differing units) and what to try.
     keys: the differing units' keys in `independent` ({key: scored candidates with their "batch"})."""
-    batches = sorted({c["batch"][0] for k in keys if k in independent for c in independent[k]})
+    batches = sorted({(c["batch"][0], c["batch"][2], c["batch"][3]) for k in keys if k in independent
+                      for c in independent[k]})
+    shown = ", ".join(f"{b} ({n} rows x {w} tokens)" for b, n, w in batches[:10]) + (" ..." if len(batches) > 10 else "")
     tolerance = agreement_tolerance(config)
     return (f"{len(keys)} {noun} differ between the official and independent scores"
             + (f" by more than the tolerance {tolerance}" if tolerance else "")
             + f" although both paths ran the same batches (batch size {config['official_batch_size']}; the "
-            f"differing ones sat in batch(es) {batches[:10]}{' ...' if len(batches) > 10 else ''}) under "
+            f"differing ones sat in batch(es) {shown}) under "
             f"{kernel_summary(kernel_identity())}, {config['device']} {config['dtype']}: a kernel rounded the same "
             "tensor differently in the two calls. Try --threads 1, or MKL_CBWR=COMPATIBLE in the environment; if "
             "it persists, report this line with O/environment.json")

@@ -379,11 +379,11 @@ def test_a_disagreement_message_names_kernels_threads_dtype_batches_and_what_to_
     from experiments import two_paths
 
     monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
-    independent = {7: [{"text": " negative", "token_ids": [1], "start": 3, "score": -1.0, "batch": [2, 5]}],
-                   9: [{"text": " negative", "token_ids": [1], "start": 3, "score": -1.0, "batch": [0, 1]}]}
+    independent = {7: [{"text": " negative", "token_ids": [1], "start": 3, "score": -1.0, "batch": [2, 5, 16, 31]}],
+                   9: [{"text": " negative", "token_ids": [1], "start": 3, "score": -1.0, "batch": [0, 1, 16, 40]}]}
     message = two_paths.score_disagreement([7], independent, CONFIG)
     assert "\n" not in message and message.startswith("1 items differ")
-    for part in ("MKL_ENABLE_INSTRUCTIONS=AVX2", "thread(s)", "float32", "batch size 16", "batch(es) [2]",
+    for part in ("MKL_ENABLE_INSTRUCTIONS=AVX2", "thread(s)", "float32", "batch size 16", "batch(es) 2 (16 rows x 31",
                  "Try --threads 1", "MKL_CBWR=COMPATIBLE", "environment.json"):
         assert part in message, part
 
@@ -405,7 +405,7 @@ def test_a_disagreement_stops_the_run_with_that_line_and_installs_nothing(tiny_c
     assert run_py.run_all(args, LibraryChatter(verbose=False)) == 1
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     first = next(line for line in err if "MISMATCH" in line)
-    assert "2 items differ" in first and "batch(es) [0]" in first and "Try --threads 1" in first
+    assert "2 items differ" in first and "batch(es) 0 (2 rows x " in first and "Try --threads 1" in first
     failed = json.loads((tmp_path / "o" / "protocol.FAILED.json").read_text())
     assert [m["field"] for m in failed["mismatches"]] == ["scores", "scores"]
     assert not (tmp_path / "o" / "protocol").exists()

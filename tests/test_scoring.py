@@ -48,7 +48,7 @@ def test_rows_are_distinct_inputs_longest_first_then_by_ids():
     assert plan.rows == [(1, 2, 3), (1, 2, 5), (4, 7, 7)]    # length 3 each: by ids ascending
     assert plan.row_of == [0, 0, 1, 2, 0]
     assert plan.batches == [(0, 2), (2, 3)] and plan.shapes() == [[2, 3], [1, 3]]
-    assert [plan.where(k) for k in range(5)] == [[0, 0], [0, 0], [0, 1], [1, 0], [0, 0]]
+    assert [plan.where(k) for k in range(5)] == [[0, 0, 2, 3], [0, 0, 2, 3], [0, 1, 2, 3], [1, 0, 1, 3], [0, 0, 2, 3]]
     longer = scoring.lm_eval_batches(requests + [([9, 9, 9], [9, 9])], 2)
     assert longer.rows[0] == (9, 9, 9, 9)                           # longer first
 
