@@ -326,6 +326,21 @@ def test_shards_merged_give_the_one_process_evidence(one_process, two_shards, pr
     written = sorted((o / "extraction.preregistration.json").read_text() for o in two_shards)
     assert (out / "extraction.preregistration.json").read_text() in written     # a shard's, never remade
     audit_passes(out, prepared_cache)
+    # a forger moves one item to the other shard in both paths' lists (still a partition) and reseals O: the identity
+    # level rebuilds the batches from the token ids and finds a batch split between shards
+    from evidence_audit.mutations.tools import seal
+
+    forged = tmp_path / "forged"
+    shutil.copytree(out, forged)
+    stages = json.loads((forged / "protocol" / "stages.json").read_text())
+    ranks = stages["data_parallel"]["ranks"]
+    for call in ("official", "independent"):
+        ranks[1]["items_scored"][call].append(ranks[0]["items_scored"][call].pop())
+    (forged / "protocol" / "stages.json").write_text(json.dumps(stages))
+    seal(forged)
+    assert run_cli("audit.py", forged, "--cache", prepared_cache).returncode == 0       # the partition still holds
+    proc = run_cli("audit.py", forged, "--tokens", "--cache", prepared_cache)
+    assert proc.returncode == 1 and "ranks took whole batches" in proc.stdout and "FAIL" in proc.stdout, proc.stdout
 
 
 def one_error_line(proc):

@@ -3,8 +3,8 @@ texts, and consistent score edits only the forward level can see)."""
 import copy
 import json
 
-from evidence_audit.mutations.tools import (NotApplicable, edit_json, first_where, flip_hex, float32, json_file,
-                                            kind, other_value, private_rows, records, shift_loser)
+from evidence_audit.mutations.tools import (NotApplicable, edit_json, flip_hex, float32, json_file, kind,
+                                            other_value, private_rows, records, shift_loser)
 from evidence_audit.reading import read_json, sha256_text
 
 A_, I_, F_ = "arithmetic", "identity", "forward"
@@ -125,20 +125,6 @@ def m_batch_shape(o):
     o["independent"]["batching"]["shapes"][0][1] += 1
 
 
-def m_move_unit(exp):
-    """A data-parallel run: one unit moved from the rank that scored it to another, in both paths' lists."""
-    def apply(o):
-        ranks = (o.get("data_parallel") or {}).get("ranks")
-        if not ranks:
-            raise NotApplicable("not a data-parallel run")
-        src = first_where(ranks, lambda r: r["items_scored"]["official"], f"{exp} rank with items")
-        dst = next(r for r in ranks if r is not src)
-        for call in ("official", "independent"):
-            unit = src["items_scored"][call].pop()
-            dst["items_scored"][call].append(unit)
-    return apply
-
-
 def protocol_kinds():
     P, rec = "protocol", lambda fn, n=1: records("protocol", fn, n)   # noqa: E731
     return [
@@ -189,9 +175,6 @@ def protocol_kinds():
         kind("kernel_threads", P, "environment.json: kernels.torch_threads changed",
              json_file("environment.json", lambda o: o["kernels"].update(torch_threads=o["kernels"]["torch_threads"] + 1)),
              A_, "environment.json consistency"),
-        kind("rank_took_part_of_a_batch", P, "stages.json (data-parallel run): one item moved to another rank in both "
-             "paths' lists (still a partition)", json_file("protocol/stages.json", m_move_unit("protocol")),
-             I_, "data-parallel ranks took whole batches"),
     ]
 
 
