@@ -41,7 +41,7 @@ API (for experiments that want to adopt it; options, MC-TACO, extraction):
         Several candidate sets for one context are scored in one pass (e.g. the options experiment's text and
         letter candidates after one list prompt). Items with equal `group` (e.g. the item idx) share their common
         token prefix. results[key] is a list (one per candidate set) of lists of
-        {"text", "token_ids", "start", "score"} -- the same record shape as scoring.score_candidates, built with
+        {"text", "token_ids", "start", "score"} -- the same record shape as scoring.score_items', built with
         the same tokenisation (scoring.encode_pair: the context tokens must be a prefix; the limit is an error).
     score_token_requests(model, requests, batch_size, max_batch_tokens, workers=1) -> (scores, stats)
         The token-level core. requests: [TokenRequest(ctx_ids, cands=[ids, ...], group=None)];

@@ -528,10 +528,7 @@ def limit_table(ns, limit_runs, limit_scores, records, questions, reference):
                                                for x, y in zip(o, i)) if same_docs else None,
             "max_abs_diff_vs_main_run": max(abs(x - y) for d, o in zip(doc_ids, official_scores)
                                             for x, y in zip(o, by_idx[d]["official"]["scores"])) if in_main else None,
-            "identity_matches_main_run": in_main and all(
-                [scoring.sha256_text(a[0]) for a in s["arguments"]] == [by_idx[d]["prompt_sha256"]] * len(s["arguments"])
-                and [a[1] for a in s["arguments"]] == [c["text"] for c in by_idx[d]["candidates"]]
-                and s["target"] == by_idx[d]["label"] for d, s in zip(doc_ids, samples)),
+            "identity_matches_main_run": in_main and all(same_document(s, by_idx[d]) for d, s in zip(doc_ids, samples)),
             "recomputed": {"acc": accuracy(labels, preds), "f1": corpus_f1(labels, preds),
                            "f1_counts": f1_counts(labels, preds)},
             "questions_touched": len(complete) + len(cut), "n_complete_questions": len(complete),
@@ -546,6 +543,14 @@ def limit_table(ns, limit_runs, limit_scores, records, questions, reference):
     return rows
 
 
+def same_document(sample, record):
+    """A limit run's logged sample is the main run's document: the same prompt, candidates and target."""
+    args = sample["arguments"]
+    return ([scoring.sha256_text(a[0]) for a in args] == [record["prompt_sha256"]] * len(args)
+            and [a[1] for a in args] == [c["text"] for c in record["candidates"]]
+            and sample["target"] == record["label"])
+
+
 def check_limit_rows(rows, tolerance=0.0):
     """Each limit run scored documents 0..N-1 of this run (same prompts, candidates and labels), agrees with the
     independent path on its own batches (bit for bit; `tolerance` off the CPU), and its acc and F1 recompute."""
@@ -557,7 +562,8 @@ def check_limit_rows(rows, tolerance=0.0):
         if not row["identity_matches_main_run"]:
             bad.append((None, f"limit {n} documents", "prompts, candidates or targets differ", "the main run's"))
         d = row["max_abs_diff_vs_independent"]
-        if d is None or d > tolerance or [scoring.argmax_first(i) for i in row["scores"]["independent"]] != row["preds"]:
+        independent_preds = [scoring.argmax_first(i) for i in row["scores"]["independent"]]
+        if d is None or d > tolerance or independent_preds != row["preds"]:
             bad.append((None, f"limit {n} official vs independent", row["scores"]["official"],
                         row["scores"]["independent"]))
         for k in ("acc", "f1"):

@@ -260,7 +260,8 @@ def official_part(ctx, units):
         for c in u["conditions"]:
             cands = out[u["key"]][c["name"]]
             gold = u["item"]["conds"][c["name"]]["gold"]
-            metrics = official.multiple_choice_results(c["choices"], gold, [(x["score"], x["is_greedy"]) for x in cands])
+            metrics = official.multiple_choice_results(c["choices"], gold,
+                                                       [(x["score"], x["is_greedy"]) for x in cands])
             for x in cands:
                 x["lm_eval"] = metrics
     meta = {

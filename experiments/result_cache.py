@@ -316,9 +316,3 @@ def combine_stats(parts):
             out[k] = sum(p[k] for p in parts)
     out["corrupted_items"] = [i for p in parts for i in p.get("corrupted_items", [])][:20]
     return out
-
-
-def combine_part_meta(metas, scored):
-    """parallel.shard_map's combine for an independent path's meta: the first part's, with the result cache
-    counts summed over the parts."""
-    return {**metas[0], "result_cache": combine_stats([m["result_cache"] for m in metas])}

@@ -259,9 +259,3 @@ def score_items(model, tokenizer, items, limit, batch_size, cache=None, progress
             k += 1
         out.append(scored)
     return out, plan, served
-
-
-def score_candidates(model, tokenizer, context, candidates, limit, where="", batch_size=1):
-    """The candidates of one item scored alone (a loglikelihood call of just these requests)."""
-    scored, _, _ = score_items(model, tokenizer, [(where, context, candidates)], limit, batch_size)
-    return scored[0]

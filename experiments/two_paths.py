@@ -88,10 +88,11 @@ def batching_facts(plan):
 
 
 def combine_batching(parts):
-    """The batching facts of one call scored in parts that are whole batches of its one-process plan (batch_groups):
+    """The batching facts of one call scored in parts that are whole batches of its one-process plan (by_whole_batches):
     the counts summed, the shapes back in plan order (longest first; the one short batch is the plan's last)."""
     shapes = sorted((s for p in parts for s in p["shapes"]), key=lambda s: (-s[1], -s[0]))
-    return {**parts[0], "shapes": shapes, **{k: sum(p[k] for p in parts) for k in ("n_requests", "n_rows", "n_batches")}}
+    counts = {k: sum(p[k] for p in parts) for k in ("n_requests", "n_rows", "n_batches")}
+    return {**parts[0], "shapes": shapes, **counts}
 
 
 def combine_independent(metas, scored):
@@ -163,7 +164,8 @@ def score_disagreement(keys, independent, config, noun="items"):
     keys: the differing units' keys in `independent` ({key: scored candidates with their "batch"})."""
     batches = sorted({(c["batch"][0], c["batch"][2], c["batch"][3]) for k in keys if k in independent
                       for c in independent[k]})
-    shown = ", ".join(f"{b} ({n} rows x {w} tokens)" for b, n, w in batches[:10]) + (" ..." if len(batches) > 10 else "")
+    shown = (", ".join(f"{b} ({n} rows x {w} tokens)" for b, n, w in batches[:10])
+             + (" ..." if len(batches) > 10 else ""))
     tolerance = agreement_tolerance(config)
     return (f"{len(keys)} {noun} differ between the official and independent scores"
             + (f" by more than the tolerance {tolerance}" if tolerance else "")

@@ -30,11 +30,12 @@ from evidence_audit.definitions import argmax_first, is_int, is_num, is_sha
 from evidence_audit.fast_mode import fast_expected
 from evidence_audit.forward import two_path_forward
 from evidence_audit.reading import Unreadable, sha256_text
-from evidence_audit.shared import (batching_check, dtype_check, identity_with_whole_batches, record_scores, lm_eval_batch_shapes, abs_diff_problems, both_paths_pred_problems, candidate_problems,
-                                   candidate_token_counts, config_block, environment_check, identity_problems,
-                                   model_problems, rank_order_problems, record_shape_check, required_files,
-                                   restated_problems, run_levels, split_problems, stages_check, summary_check,
-                                   two_path_shape)
+from evidence_audit.shared import (abs_diff_problems, batching_check, both_paths_pred_problems, candidate_problems,
+                                   candidate_token_counts, config_block, dtype_check, environment_check,
+                                   identity_problems, identity_with_whole_batches, lm_eval_batch_shapes,
+                                   model_problems, rank_order_problems, record_scores, record_shape_check,
+                                   required_files, restated_problems, run_levels, split_problems, stages_check,
+                                   summary_check, two_path_shape)
 from evidence_audit.tokens import L, multiple_choice_identity, private_texts_check
 
 A = "arithmetic"
@@ -201,8 +202,8 @@ def audit_mctaco_arithmetic(C, name, ev):
     tokens = {**candidate_token_counts(records), "limit_run_documents": sum(plan.limit_ns)}
     batching_check(C, name, ev["config"], records)
     dtype_check(C, name, ev["config"], record_scores(records) + [
-        (f"limit {row['limit']} {side}[{i}][{j}]", x) for row in limit_demo["rows"] for side in ("official", "independent")
-        for i, pair in enumerate(row["scores"][side]) for j, x in enumerate(pair)])
+        (f"limit {row['limit']} {side}[{i}][{j}]", x) for row in limit_demo["rows"]
+        for side in ("official", "independent") for i, pair in enumerate(row["scores"][side]) for j, x in enumerate(pair)])
     stages_check(C, name, ev, tokens, len(records))
     return records
 

@@ -30,11 +30,12 @@ from evidence_audit.definitions import (argmax_divided, argmax_first, confirmati
                                         mcnemar_exact)
 from evidence_audit.forward import audit_candidate_scores
 from evidence_audit.reading import sha256_text
-from evidence_audit.shared import (batching_check, dtype_check, identity_with_whole_batches, record_scores, CANDIDATE_FIELDS, RecordShape, abs_diff_problems, both_paths_pred_problems,
-                                   candidate_problems, candidate_token_counts, config_block, environment_check,
-                                   hash_selection, hash_selection_problems, identity_problems, model_problems,
-                                   rank_order_problems, record_shape_check, required_files, restated_problems,
-                                   run_levels, split_note, split_problems, stages_check, summary_check)
+from evidence_audit.shared import (CANDIDATE_FIELDS, abs_diff_problems, batching_check, both_paths_pred_problems,
+                                   candidate_problems, candidate_token_counts, config_block, dtype_check,
+                                   environment_check, hash_selection, hash_selection_problems, identity_problems,
+                                   identity_with_whole_batches, model_problems, rank_order_problems, record_scores,
+                                   record_shape_check, RecordShape, required_files, restated_problems, run_levels,
+                                   split_note, split_problems, stages_check, summary_check)
 from evidence_audit.tokens import L, candidate_tokenisation_check, private_texts_check, sst2_data_check
 
 A = "arithmetic"

@@ -16,9 +16,10 @@ from evidence_audit.fast_mode import fast_expected
 from evidence_audit.forward import two_path_forward
 from evidence_audit.model_files import expected_agreement_claim
 from evidence_audit.reading import sha256_text
-from evidence_audit.shared import (batching_check, dtype_check, identity_with_whole_batches, record_scores, abs_diff_problems, both_paths_pred_problems, candidate_problems,
-                                   candidate_token_counts, config_block, environment_check, hash_selection,
-                                   hash_selection_problems, identity_problems, model_problems, rank_order_problems,
+from evidence_audit.shared import (abs_diff_problems, batching_check, both_paths_pred_problems, candidate_problems,
+                                   candidate_token_counts, config_block, dtype_check, environment_check,
+                                   hash_selection, hash_selection_problems, identity_problems,
+                                   identity_with_whole_batches, model_problems, rank_order_problems, record_scores,
                                    record_shape_check, required_files, restated_problems, run_levels, split_note,
                                    split_problems, stages_check, summary_check, two_path_shape)
 from evidence_audit.tokens import multiple_choice_identity, private_texts_check, sst2_data_check
