@@ -8,12 +8,14 @@
    byte-level BPE with single-digit splitting (GGUF pre-tokenizer `smollm`), no BOS, eos = pad = <|im_end|> (2).
    transformers' own GGUF conversion prepends <|im_start|> (1) to every encoding and reports another eos; that
    moves scores, so we do not use it.
-3. `load_model` / `load_tokenizer` are how the runner's own code loads a prepared directory (the independent
-   path and the generation experiments in experiments/, run.py's harness experiment, bench.py): dtype,
-   attention implementation and threads from config (`model_kwargs`), eval mode, and a guard that the tokenizer
-   prepends no BOS. Other loaders of the same directory use the same config keys on purpose but not this module:
-   the official path (lm-eval's HFLM, experiments/official.hflm_args), `python -m harness` (harness/hf_model.py)
-   and the audit (evidence_audit/, its own tokenizer loader and forward pass).
+3. `load_model` / `load_tokenizer` are how the runner's own code loads a prepared or local directory (the
+   independent path and the generation experiments in experiments/, run.py's harness experiment, bench.py). Both
+   hand the work to harness/hf_model.py, the repository's one loader, which `python -m harness` uses too: dtype,
+   attention implementation, threads and device from config (hf_model.LOAD_SETTINGS), safetensors only, eval
+   mode. That module is a leaf (it imports nothing of the repository), so importing it keeps this module at the
+   bottom. Added here: a guard that a tokenizer with the SmolLM2 vocabulary prepends no BOS. Other loaders of the
+   same directory use the same config keys on purpose but not this loader: the official path (lm-eval's HFLM,
+   experiments/official.hflm_args) and the audit (evidence_audit/, its own tokenizer loader and forward pass).
 
 What else is specific to this model lives where it is used: config.py names it, resources.lock.json pins its
 files, experiments/extraction.py relies on its chat template's default system message.
@@ -21,6 +23,9 @@ files, experiments/extraction.py relies on its chat template's default system me
 from pathlib import Path
 
 import numpy as np
+
+from harness import hf_model
+from harness.hf_model import device_problem  # noqa: F401  (run.py checks --device with it)
 
 # GGUF tensor name -> Hugging Face Llama parameter name ({i} = layer).
 GGUF_TO_HF = {
@@ -42,6 +47,16 @@ GGUF_TO_HF = {
 EOS_TOKEN = "<|im_end|>"        # id 2, also pad
 BOS_TOKEN = "<|im_start|>"      # id 1, declared but never prepended
 UNK_TOKEN = "<|endoftext|>"     # id 0
+# The GGUF tokenizer metadata build_tokenizer is written for (check_tokenizer_meta): byte-level BPE with llama.cpp's
+# `smollm` pre-tokenizer, no BOS added, eos = pad = id 2.
+TOKENIZER_META = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm",
+                  "tokenizer.ggml.add_bos_token": False, "tokenizer.ggml.eos_token_id": 2,
+                  "tokenizer.ggml.padding_token_id": 2}
+
+
+class AdapterError(ValueError):
+    """The GGUF or the model directory is not the one this adapter is written for. One line: the field, what was
+    expected and what was found."""
 
 
 def _hf_name(gguf_name):
@@ -108,19 +123,30 @@ def llama_config(meta, tied):
     )
 
 
+def check_tokenizer_meta(meta):
+    """Raise AdapterError unless the GGUF describes the tokenizer build_tokenizer rebuilds: the metadata of
+    TOKENIZER_META and the special tokens at ids 0, 1, 2. Explicit checks, not asserts: `python -O` drops asserts,
+    and a GGUF of another tokenizer would then be rebuilt wrongly without a word."""
+    for field, expected in TOKENIZER_META.items():
+        found = meta.get(field, "(missing)")
+        if found != expected:
+            raise AdapterError(f"GGUF metadata {field}: expected {expected!r}, found {found!r}")
+    tokens = list(meta.get("tokenizer.ggml.tokens", ()))[:3]
+    for i, expected in enumerate((UNK_TOKEN, BOS_TOKEN, EOS_TOKEN)):
+        found = tokens[i] if i < len(tokens) else "(missing)"
+        if found != expected:
+            raise AdapterError(f"GGUF metadata tokenizer.ggml.tokens[{i}]: expected {expected!r}, found {found!r}")
+
+
 def build_tokenizer(meta):
     """Byte-level BPE from the GGUF vocabulary and merges, with the `smollm` pre-tokenizer and no BOS."""
+    check_tokenizer_meta(meta)  # before the heavy imports: a GGUF of another tokenizer fails fast, on one line
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    assert meta["tokenizer.ggml.model"] == "gpt2", meta["tokenizer.ggml.model"]
-    assert meta["tokenizer.ggml.pre"] == "smollm", meta["tokenizer.ggml.pre"]
-    assert not meta["tokenizer.ggml.add_bos_token"]
     tokens = meta["tokenizer.ggml.tokens"]
     types = meta["tokenizer.ggml.token_type"]
     merges = [tuple(m.split(" ")) for m in meta["tokenizer.ggml.merges"]]
-    assert tokens[0] == UNK_TOKEN and tokens[1] == BOS_TOKEN and tokens[2] == EOS_TOKEN
-    assert meta["tokenizer.ggml.eos_token_id"] == 2 and meta["tokenizer.ggml.padding_token_id"] == 2
 
     bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False, byte_fallback=False)
     tok = Tokenizer(bpe)
@@ -153,6 +179,7 @@ def materialise_from_gguf(gguf_path, out_dir):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     reader, meta = read_gguf(gguf_path)
+    check_tokenizer_meta(meta)  # before dequantising: a GGUF of another tokenizer is refused at once
     tensors = gguf_fp32_tensors(reader, meta)
     tied = "lm_head.weight" not in tensors
     llama_config(meta, tied).save_pretrained(out_dir)
@@ -169,52 +196,19 @@ def materialise_from_gguf(gguf_path, out_dir):
 # ---- loading (shared settings for both scoring paths) ----------------------------------------------------------
 
 def load_tokenizer(model_dir):
-    """AutoTokenizer over a prepared or local directory. For the SmolLM2 vocabulary (it holds <|im_start|>), a guard
-    that the tokenizer prepends no BOS: transformers' own GGUF conversion would (module docstring, 2). Another
+    """The directory's tokenizer (hf_model.load_tokenizer). For the SmolLM2 vocabulary (it holds <|im_start|>), a
+    guard that the tokenizer prepends no BOS: transformers' own GGUF conversion would (module docstring, 2). Another
     tokenizer keeps its own special-token configuration; experiments/scoring.special_tokens derives and records
     what it adds."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    tok = hf_model.load_tokenizer(model_dir)
     if BOS_TOKEN in tok.get_vocab():
         ids = tok("x")["input_ids"]
         if ids and ids[0] == tok.convert_tokens_to_ids(BOS_TOKEN):
-            raise RuntimeError(f"{model_dir}: tokenizer prepends {BOS_TOKEN}; SmolLM2 adds no BOS")
+            raise AdapterError(f"{model_dir}: tokenizer prepends {BOS_TOKEN}; SmolLM2 adds no BOS")
     return tok
 
 
-def device_problem(device):
-    """None when torch can run on `device` (cpu, or cuda / cuda:N with that GPU present), else why not."""
-    import torch
-
-    if device == "cpu":
-        return None
-    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
-        if not torch.cuda.is_available():
-            return "no CUDA device is available here (torch.cuda.is_available() is False); use --device cpu"
-        index = int(device[5:]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
-            return f"cuda:{index} does not exist ({torch.cuda.device_count()} CUDA device(s))"
-        return None
-    return "expected cpu, cuda or cuda:N"
-
-
-def model_kwargs(config):
-    """The from_pretrained arguments that can change a score; both paths use exactly these. use_safetensors=True:
-    a pickled checkpoint (.bin) is never loaded, also where one lies beside the safetensors."""
-    import torch
-
-    return {"dtype": getattr(torch, config["dtype"]), "attn_implementation": config["attn_implementation"],
-            "use_safetensors": True}
-
-
 def load_model(model_dir, config):
-    """The model on config["device"] in config["dtype"], eval mode, with config["threads"] torch threads."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch.set_num_threads(config["threads"])
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **model_kwargs(config))
-    model.to(config["device"])
-    model.eval()
-    return model
+    """The model on config["device"] in config["dtype"], eval mode, with config["threads"] torch threads, loaded by
+    hf_model.load_model from config's LOAD_SETTINGS (the other keys of the effective config are not read)."""
+    return hf_model.load_model(model_dir, **{key: config[key] for key in hf_model.LOAD_SETTINGS})

@@ -26,8 +26,8 @@ is loaded and one untimed warm-up item, unless said otherwise):
                   the experiment's own code (official path at config official_batch_size through lm-eval's
                   evaluator + independent parity path + identity join + exact comparison); no result cache.
                   Timed: its scoring stages (official + independent + compare), and its total with both model loads
-    options       the options experiment's five conditions, dual path, on these rows (options.run_official,
-                  run_independent, make_records: its own code); timed from start to end, model loads included
+    options       the options experiment's five conditions, dual path, on these rows (options.score_and_compare:
+                  its own code); timed from start to end, model loads included
                   (targets: under 10 minutes and 2 GB peak RSS on 872 rows)
 
 Every time is also printed as a ratio to lm-eval measured in the same run (lm_eval_b1 and the best lm-eval time),
@@ -247,7 +247,9 @@ def run_experiment_method(method, spec):
                 scores = [r["independent"]["scores"] for r in records]
                 official = [r["official"]["scores"] for r in records]
             else:
-                records = options_dual(ctx, rows, idx_list)
+                conditions = options.conditions_from_config(ctx.config)
+                items = options.build_items(rows, idx_list, ctx.config, conditions)
+                records = options.score_and_compare(ctx, items, conditions)[0]
                 official = None
         except IdentityMismatch as e:
             failure, official = f"{e}; first difference: {e.rows[:1]}", None
@@ -259,15 +261,6 @@ def run_experiment_method(method, spec):
     return scores, wall, load_s, {"total_s": total, "scoring_s": scoring_s, "stages": ctx.stages.stages,
                                   "failure": failure, "official_scores": official,
                                   "official_batch_size": ctx.config["official_batch_size"]}
-
-
-def options_dual(ctx, rows, idx_list):
-    """The options experiment's scoring and exact comparison (options.score_and_compare, as options.run does)."""
-    from experiments import options
-
-    conditions = options.conditions_from_config(ctx.config)
-    items = options.build_items(rows, idx_list, ctx.config, conditions)
-    return options.score_and_compare(ctx, items, conditions)[0]
 
 
 def sgemm_worker(result_path, n=4096, reps=5):

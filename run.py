@@ -28,7 +28,6 @@ import argparse
 import hashlib
 import importlib
 import json
-import os
 import shutil
 import sqlite3
 import sys
@@ -37,14 +36,20 @@ import time
 from pathlib import Path
 
 import config
+import local_model
+import report
 import resources
+from adapter import device_problem
+from experiments import EXPERIMENTS, launch, parallel, result_cache
 from experiments.context import Context, Inputs, Options
+from experiments.evidence import (IdentityMismatch, ScoringError, Stages, environment, evidence_entries,
+                                  existing_ancestor, new_run_id, probe_writable, set_aside,
+                                  stray_entries, sweep_leftovers, write_json, write_jsonl, write_manifest)
 from experiments.runlog import LibraryChatter
 from resources import ResourceError
 
 
 def parse_args(argv=None):
-    from experiments import EXPERIMENTS
 
     shared = config.CONFIG["shared"]
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -196,8 +201,6 @@ def route_data(args, modules, named):
 
 def check_device(args):
     """--device: cpu, or cuda[:N] only where torch sees that GPU (after the imports: it asks torch)."""
-    from adapter import device_problem
-
     problem = device_problem(args.device)
     if problem:
         raise ResourceError(f"--device {args.device}: {problem}")
@@ -206,8 +209,6 @@ def check_device(args):
 def verified_inputs(args):
     """--model is a lock id or a local directory (local_model.local_identity); --data a lock id or a --name import,
     verified against the lock that pins it (resources.verified_data)."""
-    import local_model
-
     model_dir, parquet, model_identity, data_entry = resources.verified_inputs(
         args.cache, args.model, args.data, local_model=local_model.local_identity)
     parquet, data_entry = resources.verified_data(args.cache, args.data)
@@ -223,8 +224,6 @@ def options_of(args):
 def check_model_fits(modules, inputs):
     """A local --model directory without a chat template cannot run the experiments that render chat prompts
     (NEEDS_CHAT_TEMPLATE): refused before anything is loaded, naming them."""
-    import local_model
-
     if inputs.model_identity.get("source") != "local" or local_model.has_chat_template(inputs.model_dir):
         return
     needs = [name for name, m in modules.items() if getattr(m, "NEEDS_CHAT_TEMPLATE", False)]
@@ -239,7 +238,7 @@ def numerics_overrides(args):
     return {"device": args.device, "threads": args.threads, "dtype": args.dtype}
 
 
-def context_for(module, args, inputs, options, stages, routed=None):
+def context_for(module, args, inputs, options, stages, routed=None, plan=None):
     """The experiment's Context: its effective config is its CONFIG_SECTIONS merged flat, with --model (the lock id,
     or the local directory's resolved path), --data, --device, --threads and --dtype (and, for an experiment --data
     was routed to by schema, its own data key: route_data)."""
@@ -249,7 +248,8 @@ def context_for(module, args, inputs, options, stages, routed=None):
     effective = config.effective(module.CONFIG_SECTIONS, {"model": model, "data": args.data,
                                                           **numerics_overrides(args),
                                                           **(routed or {}).get(module.NAME, {})})
-    return Context(name=module.NAME, split=split, config=effective, inputs=inputs, options=options, stages=stages)
+    return Context(name=module.NAME, split=split, config=effective, inputs=inputs, options=options, stages=stages,
+                   plan=plan)
 
 
 def sha256_json(obj):
@@ -307,8 +307,6 @@ def write_evidence(out, ctx, module, result, env, started, data_parallel=None):
     end of the write stage. O/private/<exp>/run.json ties the private half to the public one (the run id).
     A data-parallel run (or a merge) adds stages.json "data_parallel": world size and every rank's (or shard's)
     own stages, wall time and peak RSS."""
-    from experiments.evidence import write_json, write_jsonl
-
     name, stages = ctx.name, ctx.stages
     (out / "private").mkdir(exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".tmp-{name}-"))
@@ -338,8 +336,6 @@ def write_evidence(out, ctx, module, result, env, started, data_parallel=None):
 
 
 def write_failure(out, name, err):
-    from experiments.evidence import write_json
-
     rows = [{"idx": r[0], "field": r[1], "official": r[2], "independent": r[3]} for r in err.rows]
     failure = {"experiment": name, "error": str(err), "mismatches": rows}
     if err.details:
@@ -360,34 +356,27 @@ def run_experiment(module, ctx, env):
     """Run one experiment and install its evidence; 0, or 1 on an identity mismatch or a scoring error.
     A ResourceError propagates: bad input stops the whole run (exit 2); so does a disk that cannot take the
     evidence (the temp directories are removed, nothing already installed is touched)."""
-    from experiments.evidence import IdentityMismatch
-    from experiments.scoring import ScoringError
-
-    from experiments import parallel
-
-    out, name = ctx.options.out, ctx.name
+    out, name, plan = ctx.options.out, ctx.name, ctx.plan
     print(f"[{name}] split={ctx.split} data={module.data_label(ctx)} model={ctx.inputs.model_identity['id']}")
     started = time.perf_counter()
     try:
         result = module.run(ctx)
     except parallel.ShardScored:
-        parallel.PLAN.runs[name] = parallel.rank_facts(name, ctx.stages.stages, started)
-        counts = {call: len(keys) for call, keys in parallel.PLAN.runs[name]["items_scored"].items()}
-        print(f"[{name}] shard {parallel.PLAN.rank + 1}/{parallel.PLAN.world} scored (items per call): {counts}")
+        launch.shard_scored(plan, name, ctx.stages.stages, started)
         return 0
     except IdentityMismatch as e:
-        if parallel.is_writer():
+        if parallel.is_writer(plan):
             disk_errors(write_failure, out, name, e)
         return 1
     except (ScoringError, parallel.RankFailure) as e:
         print(f"error: [{name}] {e}", file=sys.stderr)
         return 1
-    data_parallel = rank_stages(name, ctx, started)     # collective: every rank of a distributed run is here
-    if not parallel.is_writer():
+    data_parallel = launch.rank_stages(plan, name, ctx.stages.stages, started)   # collective: every rank is here
+    if not parallel.is_writer(plan):
         return 0
     print(f"[{name}] {result.headline}")
-    if parallel.PLAN.mode == "replay":          # a merge installs nothing before every experiment replayed
-        parallel.PLAN.pending.append((out, ctx, module, result, env, time.perf_counter() - started, data_parallel))
+    if plan.mode == "replay":          # a merge installs nothing before every experiment replayed
+        plan.pending.append((out, ctx, module, result, env, time.perf_counter() - started, data_parallel))
         return 0
     install_evidence(out, ctx, module, result, env, started, data_parallel)
     return 0
@@ -411,22 +400,18 @@ def disk_errors(write, out, *args):
 def write_report(out, names):
     if not any((out / n / "summary.json").exists() for n in names):
         return
-    import report
-
     try:  # the evidence is already installed; a report that cannot be written must not hide it
         print(f"report: {report.write(out)}")
     except OSError as e:
         print(f"warning: report.html not written ({e}); run: python report.py {out}", file=sys.stderr)
 
 
-# ---- the output directory (PLAN15 decisions 1-4) ---------------------------------------------------------------
+# ---- the output directory: one run per O, leftovers swept, a usable disk, evidence renamed into place ----------
 
 def check_out(args, experiment_names):
     """Refuse an unusable --out before anything is imported or loaded: a file, a directory holding evidence of an
     earlier run (without --replace), a directory (or, for a new one, its nearest existing parent) that does not take
     a small probe file: read-only, not writable, or a full disk."""
-    from experiments.evidence import evidence_entries, existing_ancestor, probe_writable, stray_entries
-
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ResourceError(f"--out {out}: exists and is not a directory; name a directory for the evidence")
@@ -452,8 +437,6 @@ def check_out(args, experiment_names):
 def setup_out(args, experiment_names):
     """Create O for this run: with --replace the old evidence is moved aside first (said where); leftovers of a
     killed run are swept (said what)."""
-    from experiments.evidence import evidence_entries, set_aside, sweep_leftovers
-
     out = Path(args.out)
     try:
         if out.is_dir() and args.replace and evidence_entries(out, experiment_names):
@@ -471,8 +454,6 @@ def setup_out(args, experiment_names):
 def check_result_caches(args, modules, inputs):
     """Before any scoring: a result cache that SQLite cannot read, or whose tables have another shape, is set aside
     (renamed results.sqlite.corrupt-<time>) with one warning; the experiments then start a new one."""
-    from experiments import result_cache
-
     if args.no_cache:
         return
     files = {config.effective(m.CONFIG_SECTIONS, {}).get("result_cache_file", result_cache.DEFAULT_FILE)
@@ -490,8 +471,6 @@ def check_result_caches(args, modules, inputs):
 def finish(out, env, installed, failed, chatter):
     """The end of a run: environment.json (only if some evidence was installed), report.html, MANIFEST.json last;
     print the evidence digest. Nothing at all when the run left no evidence (the next run may reuse O)."""
-    from experiments.evidence import write_json, write_manifest
-
     if not installed and not failed:
         return
     if installed:
@@ -503,24 +482,21 @@ def finish(out, env, installed, failed, chatter):
     print(f"evidence digest: sha256:{digest}")
 
 
-def run_experiments(args, modules, imports_s, inputs, options, env, done, routed=None):
+def run_experiments(plan, args, modules, imports_s, inputs, options, env, done, routed=None):
     """Every experiment in order; the worst exit code (0 or 1); `done` collects installed and failed names."""
-    from experiments import parallel
-    from experiments.evidence import Stages
-
     exit_code = 0
     for k, module in enumerate(modules.values()):
         stages = Stages()
         if k == 0:  # the imports happened once, before the first experiment
             stages.stages.append({"name": "imports", "wall_s": round(imports_s, 4), "peak_rss_bytes_at_end": None})
-        ctx = context_for(module, args, inputs, options, stages, routed)
+        ctx = context_for(module, args, inputs, options, stages, routed, plan)
         code = run_experiment(module, ctx, env)
         exit_code = max(exit_code, code)
-        if code == 0 and parallel.PLAN.mode not in ("shard", "replay"):
+        if code == 0 and plan.mode not in ("shard", "replay"):
             done["installed"].append(module.NAME)
         elif (options.out / f"{module.NAME}.FAILED.json").exists():
             done["failed"].append(module.NAME)
-    for out, ctx, module, result, env, elapsed, data_parallel in parallel.PLAN.pending:
+    for out, ctx, module, result, env, elapsed, data_parallel in plan.pending:
         # --merge: every experiment replayed (every shard item found); its own wall time is kept
         install_evidence(out, ctx, module, result, env, time.perf_counter() - elapsed, data_parallel)
         done["installed"].append(ctx.name)
@@ -532,31 +508,37 @@ def run_all(args, chatter):
 
     Under torchrun / accelerate launch every rank runs this; rank 0 alone checks and writes O (its checks' verdicts
     are broadcast, so a refusal stops every rank with the same line)."""
-    from experiments import EXPERIMENTS, parallel
-    from experiments.evidence import environment, new_run_id
+    check_flags(args)
+    plan, shard_docs = launch.plan_for(args, defaults=vars(parse_args(["--cache", "-", "--out", "-"])))
+    try:
+        return run_planned(plan, shard_docs, args, chatter)
+    finally:
+        parallel.shutdown(plan)
 
+
+def run_planned(plan, shard_docs, args, chatter):
+    """run_all once the run's plan is made (experiments/launch.py): the checks, the experiments, the evidence."""
+    args.as_given = launch.scoring_args(args)   # the shard identity: the arguments before route_data fills defaults
     check_flags(args)
-    shard_docs = launch(args)
-    args.as_given = scoring_args(args)   # the shard identity: the arguments before route_data fills in defaults
-    check_flags(args)
-    on_rank0(check_out, args, EXPERIMENTS)
+    launch.on_rank0(plan, check_out, args, EXPERIMENTS)
     modules, imports_s = import_experiments(list(dict.fromkeys(args.experiment or EXPERIMENTS)), chatter)
     check_limit(args, modules)
     routed = route_data(args, modules, named=bool(args.experiment))
-    check_parallel(args, modules)
+    launch.check_parallel(plan, args, modules)
     check_numerics(args, modules)
     check_device(args)
     inputs = verified_inputs(args)
     check_model_fits(modules, inputs)
-    on_rank0(check_result_caches, args, modules, inputs)
-    import torch
+    launch.on_rank0(plan, check_result_caches, args, modules, inputs)
+    import torch        # loaded with the experiments (import_experiments, timed); here only to set the threads
 
-    out = on_rank0(setup_out, args, EXPERIMENTS) or Path(args.out)
+    out = launch.on_rank0(plan, setup_out, args, EXPERIMENTS) or Path(args.out)
     options = options_of(args)
     torch.set_num_threads(args.threads)  # process-wide: both paths alike (--threads, default config.py)
-    env = parallel.broadcast({**environment(args.threads), "run_id": new_run_id()})
-    identity = check_merge_identity(args, modules, inputs, env, shard_docs)
-    if parallel.is_writer():
+    env = parallel.broadcast(plan, {**environment(args.threads), "run_id": new_run_id()})
+    configs = {name: context_for(m, args, inputs, options, Stages(), routed).config for name, m in modules.items()}
+    identity = launch.check_merge_identity(plan, args, configs, inputs, env, shard_docs)
+    if parallel.is_writer(plan):
         chatter.to_file(out / "run.log", " ".join(["run.py", *sys.argv[1:]]) + f" (run id {env['run_id']})")
     if args.split == "confirm":
         print("*** CONFIRMATION SPLIT: scoring the 128 held-back items; every output says so ***")
@@ -566,60 +548,13 @@ def run_all(args, chatter):
     done = {"installed": [], "failed": []}
     started = time.perf_counter()
     try:
-        exit_code = run_experiments(args, modules, imports_s, inputs, options, env, done, routed)
-        if exit_code == 0 and parallel.PLAN.mode == "shard":
-            write_shard_file(out, identity, env)
+        exit_code = run_experiments(plan, args, modules, imports_s, inputs, options, env, done, routed)
+        if exit_code == 0 and plan.mode == "shard":
+            launch.write_shard_file(plan, out, identity, env)
     finally:       # also when a ResourceError stops the run: what was installed gets its manifest
-        env = with_rank_environment(env, started)
-        finished = finish_safely(out, env, done, chatter) if parallel.is_writer() else True
+        env = launch.with_rank_environment(plan, env, started)
+        finished = finish_safely(out, env, done, chatter) if parallel.is_writer(plan) else True
     return exit_code if finished else 2
-
-
-# ---- data parallelism: torchrun / accelerate launch, --shard K/N, --merge (experiments/parallel.py) -------------
-
-# where and how a run writes, not what it scores (as_given: the scoring arguments as given, set by run_all)
-OWN_ARGS = ("cache", "out", "replace", "verbose", "shard", "merge", "as_given")
-
-
-def scoring_args(args):
-    """The arguments that decide what a run scores: part of a shard's identity, and what --merge takes over."""
-    return {k: v for k, v in sorted(vars(args).items()) if k not in OWN_ARGS}
-
-
-def launch(args):
-    """Set parallel.PLAN: replay (--merge: the shards are checked, their scoring arguments become this run's),
-    shard (--shard K/N), distributed (torchrun / accelerate launch: WORLD_SIZE > 1) or single. Returns the checked
-    shards [(directory, SHARD.json)] of a merge, else None. Ranks above 0 print nothing on stdout."""
-    from experiments import parallel, shards
-
-    plan = parallel.PLAN
-    if args.merge:
-        defaults = vars(parse_args(["--cache", "-", "--out", "-"]))
-        given = [k for k, v in scoring_args(args).items() if v != defaults[k]]
-        if given:
-            raise ResourceError(f"--merge takes the scoring arguments from the shards; leave out "
-                                f"--{given[0].replace('_', '-')}")
-        docs = shards.check_shards([Path(d) for d in args.merge])
-        shard_args = docs[0][1]["identity"].get("args")
-        if not isinstance(shard_args, dict) or set(shard_args) != set(scoring_args(args)):
-            raise ResourceError(f"--merge {docs[0][0]}: its arguments {sorted(shard_args or [])} are not this "
-                                f"run.py's {sorted(scoring_args(args))}; merge with the code that wrote the shards")
-        for k, v in shard_args.items():
-            setattr(args, k, v)
-        plan.mode, plan.world, plan.launcher = "replay", docs[0][1]["shard"]["n"], "shards"
-        plan.replay = shards.replay_table(docs)
-        plan.shard_runs = [{"shard": doc["shard"]["k"], **doc["run"]} for _, doc in docs]
-        return docs
-    if args.shard:
-        if parallel.launcher_from_env():
-            raise ResourceError("--shard K/N is for separate processes (e.g. a Slurm array); under torchrun or "
-                                "accelerate launch leave it out: the ranks share the work themselves")
-        plan.mode, plan.rank, plan.world, plan.launcher = "shard", args.shard[0] - 1, args.shard[1], "shards"
-        return None
-    parallel.init_distributed(args.device)
-    if plan.rank > 0:
-        sys.stdout = open(os.devnull, "w")
-    return None
 
 
 def check_numerics(args, modules):
@@ -634,122 +569,6 @@ def check_numerics(args, modules):
         raise ResourceError(f"--device {args.device}: experiment(s) {', '.join(exact_only)} claim exact agreement "
                             "only, which is shown on the cpu (any --dtype); run them there, and name the others with "
                             "--experiment (protocol states a tolerance-based claim off the cpu)")
-
-
-def check_parallel(args, modules):
-    """Under data parallelism: every experiment must route its scoring through parallel.shard_map, and --fast is
-    refused (a fast-mode score depends on its batch neighbours, which the ranks split)."""
-    from experiments import parallel
-
-    if parallel.PLAN.mode == "single":
-        return
-    how = {"distributed": f"{parallel.PLAN.launcher} with {parallel.PLAN.world} processes",
-           "shard": "--shard", "replay": "--merge"}[parallel.PLAN.mode]
-    bad = [n for n, m in modules.items() if not getattr(m, "DATA_PARALLEL", False)]
-    if bad:
-        from experiments import EXPERIMENTS
-
-        ok = [n for n in EXPERIMENTS if getattr(importlib.import_module(f"experiments.{n}"), "DATA_PARALLEL", False)]
-        raise ResourceError(f"{how}: experiment(s) {', '.join(bad)} do not run data-parallel; name the ones that do "
-                            f"with --experiment ({', '.join(ok)}), and run the others in one process")
-    if args.fast:
-        raise ResourceError(f"{how}: --fast is refused: a fast-mode score depends on its batch neighbours, which a "
-                            "data-parallel run splits; run --fast in one process")
-
-
-def on_rank0(fn, *fn_args):
-    """fn(*fn_args) on rank 0 only (every process outside a distributed run); its ResourceError, or its result, is
-    broadcast, so every rank stops with the same line or goes on."""
-    from experiments import parallel
-
-    result, error = None, None
-    if parallel.is_writer():
-        try:
-            result = fn(*fn_args)
-        except ResourceError as e:
-            error = str(e)
-    error = parallel.broadcast(error)
-    if error:
-        raise ResourceError(error)
-    return result
-
-
-def shard_identity(args, modules, inputs, env):
-    """What every shard of one run shares, and a merge must find again: the scoring arguments, each experiment's
-    effective config, model, tokenizer and data hashes, code hash, library versions, the number of shards."""
-    from experiments import parallel
-    from experiments.evidence import Stages
-
-    options = options_of(args)
-    return {"args": args.as_given, "n_shards": parallel.PLAN.world,
-            "configs": {name: context_for(m, args, inputs, options, Stages()).config for name, m in modules.items()},
-            "model_sha256": inputs.model_identity["model_sha256"],
-            "tokenizer_sha256": inputs.model_identity["tokenizer_sha256"],
-            "data_content_sha256": inputs.data_content_sha256,
-            "code_sha256": env["code_sha256"], "versions": env["versions"]}
-
-
-def check_merge_identity(args, modules, inputs, env, shard_docs):
-    """This run's shard identity (shard and replay modes); a merge refuses shards whose identity is not the one this
-    code, config and cache give (one line naming the first difference)."""
-    from experiments import parallel, shards
-
-    if parallel.PLAN.mode not in ("shard", "replay"):
-        return None
-    identity = shard_identity(args, modules, inputs, env)
-    if shard_docs:
-        diff = shards.first_difference(shard_docs[0][1]["identity"], identity)
-        if diff:
-            raise ResourceError(f"--merge {shard_docs[0][0]}: the shards' identity is not this run's ({diff}); merge "
-                                "with the code, config and cache that wrote them")
-    return identity
-
-
-def write_shard_file(out, identity, env):
-    from experiments import parallel, shards
-
-    plan = parallel.PLAN
-    shards.write_shard(out, plan.rank + 1, plan.world, identity, plan.recorded,
-                       {"run_id": env["run_id"], "environment": env, "experiments": plan.runs})
-    print(f"shard {plan.rank + 1}/{plan.world}: {out / shards.NAME} (not evidence: join every shard with "
-          f"run.py --merge ... --out O)")
-
-
-def rank_stages(name, ctx, started):
-    """stages.json "data_parallel" of a distributed run (every rank's own stages, gathered: collective) or of a
-    merge (the shards'); None in one process."""
-    from experiments import parallel
-
-    plan = parallel.PLAN
-    if plan.mode == "distributed":
-        ranks = parallel.all_gather(parallel.rank_facts(name, ctx.stages.stages, started))
-    elif plan.mode == "replay":
-        ranks = [{"shard": r["shard"], "run_id": r["run_id"], **r["experiments"].get(name, {})}
-                 for r in plan.shard_runs]
-    else:
-        return None
-    return {**parallel.describe(), "ranks": ranks}
-
-
-def with_rank_environment(env, started):
-    """environment.json "data_parallel" (not in one process): the world size, the launcher, and every rank's host,
-    pid, wall time and peak RSS (gathered: collective), or every shard's run id, host, CPU and peak RSS."""
-    from experiments import parallel
-    from experiments.evidence import peak_rss_bytes
-
-    plan = parallel.PLAN
-    if plan.mode in ("single", "shard"):
-        return env
-    if plan.mode == "distributed":
-        ranks = parallel.all_gather({"rank": plan.rank, "host": os.uname().nodename, "pid": os.getpid(),
-                                     "wall_s": round(time.perf_counter() - started, 4),
-                                     "peak_rss_bytes": peak_rss_bytes()})
-    else:
-        ranks = [{"shard": r["shard"], "run_id": r["run_id"], "host": r["experiments"] and
-                  next(iter(r["experiments"].values())).get("host"), "cpu": r["environment"].get("cpu"),
-                  "peak_rss_bytes": max((e.get("peak_rss_bytes") or 0 for e in r["experiments"].values()),
-                                        default=None)} for r in plan.shard_runs]
-    return {**env, "data_parallel": {**parallel.describe(), "ranks": ranks}}
 
 
 def finish_safely(out, env, done, chatter):
@@ -777,9 +596,6 @@ def main(argv=None):
         return 2
     finally:
         chatter.close()
-        from experiments import parallel
-
-        parallel.shutdown()
 
 
 if __name__ == "__main__":

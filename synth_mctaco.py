@@ -24,7 +24,7 @@ import argparse
 import random
 import sys
 
-import resources as R
+import resources
 
 # The shape of the real splits (the pinned facts of resources.lock.json's mc-taco and mc-taco-test entries).
 SHAPES = {"validation": {"rows": 3783, "questions": 561, "yes": 1229},
@@ -139,13 +139,13 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="the .tsv to write (atomically)")
     args = ap.parse_args(argv)
     text = "".join(synthetic_lines(args.split))
-    R.atomic_write_text(args.out, text)
-    rows = R.read_mctaco_tsv(args.out)          # the import path's own reader: the file is in the authors' format
-    facts = R.content_facts(rows, R.MCTACO)
+    resources.atomic_write_text(args.out, text)
+    rows = resources.read_mctaco_tsv(args.out)  # the import path's own reader: the file is in the authors' format
+    facts = resources.content_facts(rows, resources.MCTACO)
     shape = SHAPES[args.split]
     got = {"rows": facts["rows"], "questions": facts["n_questions"], "yes": facts["label_counts"]["yes"]}
     if got != shape:
-        R.fail(f"{args.out}: expected shape {shape}, wrote {got}", code=1)
+        resources.fail(f"{args.out}: expected shape {shape}, wrote {got}", code=1)
     print(f"wrote {args.out}: {facts['rows']} rows, {facts['n_questions']} questions, labels {facts['label_counts']},"
           f" canonical content sha256 {facts['content_sha256']} (synthetic, NOT MC-TACO: for timing only)")
 

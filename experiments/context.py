@@ -67,6 +67,7 @@ class Context:
     inputs: Inputs
     options: Options
     stages: Any                  # experiments.evidence.Stages: with ctx.stages.stage("name"): ...
+    plan: Any = None             # experiments.parallel.Plan: how this process shares the work (None: one process)
 
 
 @dataclass

@@ -44,6 +44,11 @@ class IdentityMismatch(Exception):
         self.details = details
 
 
+class ScoringError(Exception):
+    """An assertion of the independent path failed: the message names the item and what differed (raised by
+    experiments/scoring.py; defined here, with IdentityMismatch, so that run.py catches it without importing torch)."""
+
+
 class Stages:
     """Wall time and process peak RSS at the end of each named stage."""
 

@@ -1,4 +1,5 @@
-"""Answer extraction (seed study 001): one set of greedy generations, three scorers, a pre-registered human audit.
+"""Answer extraction: how much of a generative score is the scorer's rather than the model's. One set of greedy
+generations, three scorers, a pre-registered human audit.
 
 Read top to bottom: select items -> choose and write the audit sample (before any model is loaded) -> render chat
 prompts -> greedy generation through transformers -> cross-check with lm-eval's HFLM.generate_until -> score every
@@ -30,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 import resources
-from experiments import extraction_scorers as S
+from experiments import extraction_scorers
 from experiments import official, parallel, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
@@ -122,15 +123,16 @@ def preregister(ctx, prereg):
     """(path, sha256) of the sample written to O/ by the writing process (rank 0 of a distributed run; its error
     stops every rank with the same line)."""
     path = Path(ctx.options.out) / PREREGISTRATION_FILE
-    if parallel.PLAN.mode != "distributed":
+    plan = parallel.plan_of(ctx)
+    if plan.mode != "distributed":
         return write_preregistration(ctx.options.out, prereg)
     error = None
-    if parallel.is_writer():
+    if parallel.is_writer(plan):
         try:
             write_preregistration(ctx.options.out, prereg)
         except (OSError, IdentityMismatch) as e:
             error = str(e)
-    error = parallel.broadcast(error)
+    error = parallel.broadcast(plan, error)
     if error:
         raise resources.ResourceError(f"{path}: the pre-registration could not be written on rank 0 ({error})")
     return path, sha256_text(prereg_text(prereg))
@@ -189,15 +191,15 @@ def generate_all(ctx, items):
     finish_reason, generated_ids and generation. Returns the generation meta (its time window spans every part)."""
     per_item, meta = parallel.shard_map(ctx, "independent", items, lambda part: generate_part(ctx, part),
                                         combine=generation_window)
-    for it in returned(items, per_item):
+    for it in returned(ctx, items, per_item):
         it.update(per_item[it["idx"]])
     return meta
 
 
-def returned(items, per_item):
+def returned(ctx, items, per_item):
     """The items shard_map gave results for: every one, except under --shard K/N (the shard's own part; the
     experiment ends at parallel.scoring_done, before anything reads the rest)."""
-    return [it for it in items if it["idx"] in per_item] if parallel.PLAN.mode == "shard" else items
+    return [it for it in items if it["idx"] in per_item] if parallel.plan_of(ctx).mode == "shard" else items
 
 
 def generation_window(metas, per_item):
@@ -239,7 +241,7 @@ def lm_eval_generate_until(ctx, items):
     idx; each rank drives its own single-process HFLM on its part)."""
     per_item, meta = parallel.shard_map(ctx, "official", items,
                                         lambda part: lm_eval_generate_part(ctx, part))
-    mine = returned(items, per_item)
+    mine = returned(ctx, items, per_item)
     return [per_item[it["idx"]][0] for it in mine], [per_item[it["idx"]][1] for it in mine], meta
 
 
@@ -286,16 +288,16 @@ def lm_eval_extract(config, texts):
 
 def score_item(it, official_extraction, labels, fallback):
     text, label = it["generation"], it["label_name"]
-    strict = S.strict_scores(text, label, labels)
-    matches = S.regex_matches(text)
-    independent = S.regex_extract(text, fallback)
-    pred = S.regex_prediction(official_extraction, labels, fallback)
+    strict = extraction_scorers.strict_scores(text, label, labels)
+    matches = extraction_scorers.regex_matches(text)
+    independent = extraction_scorers.regex_extract(text, fallback)
+    pred = extraction_scorers.regex_prediction(official_extraction, labels, fallback)
     return {
-        "exact": {"correct": S.exact_correct(text, label)},
+        "exact": {"correct": extraction_scorers.exact_correct(text, label)},
         "strict": strict,
         "regex": {"official": official_extraction, "independent": independent, "n_matches": len(matches),
                   "pred": pred, "correct": int(pred == label)},
-        "categories": S.categories(text, it["finish_reason"], strict["reason"]),
+        "categories": extraction_scorers.categories(text, it["finish_reason"], strict["reason"]),
     }
 
 
@@ -323,7 +325,7 @@ def summarise(records, split, config, lm_eval_meta, prereg, prereg_sha):
     n = len(records)
     labels = config["extraction_labels"]
     counts = {str(k): sum(r["label"] == k for r in records) for k in range(len(labels))}
-    reasons = {k: sum(r["strict"]["reason"] == k for r in records) for k in S.STRICT_REASONS}
+    reasons = {k: sum(r["strict"]["reason"] == k for r in records) for k in extraction_scorers.STRICT_REASONS}
     cats = {k: sum(r["categories"][k] for r in records) for k in
             ("no_match", "several_matches", "conflicting_matches", "format_failure", "length_stop")}
     # failure categories among the items the regex scorer counts wrong / right
@@ -455,10 +457,10 @@ def config_of(ctx, rows, idx_list, prereg, prereg_sha, chat_template, gen_meta, 
                    "tokenisation": "scoring.encode_text: the tokenizer's own leading special tokens (none for "
                                    "SmolLM2) + tokenizer(prompt, add_special_tokens=False)"},
         "scorers": {"exact": "strip(output) == json.dumps({'sentiment': label})",
-                    "exact_reference_example": S.canonical_answer(labels[1]),
+                    "exact_reference_example": extraction_scorers.canonical_answer(labels[1]),
                     "strict": "json.loads(whole output): object, exactly one key 'sentiment', no duplicate keys, "
                               "value 'positive'|'negative' (lowercase), equal to the label",
-                    "strict_reasons": list(S.STRICT_REASONS),
+                    "strict_reasons": list(extraction_scorers.STRICT_REASONS),
                     "regex": "lm-eval RegexFilter(first match, group_select 0, fallback) + TakeFirstFilter; "
                              "prediction = match lowercased; independent re-implementation must agree"},
         "generation": gen_meta,
@@ -488,7 +490,7 @@ def generate_and_crosscheck(ctx, rows, idx_list):
 
 def run(ctx):
     config, stages = ctx.config, ctx.stages
-    if parallel.PLAN.mode != "single" and not config["extraction_crosscheck_lm_eval"]:
+    if parallel.plan_of(ctx).mode != "single" and not config["extraction_crosscheck_lm_eval"]:
         raise resources.ResourceError("extraction_crosscheck_lm_eval is off: a data-parallel extraction run needs "
                                       "both paths (the audit checks each one's items per rank); run it in one process")
     with stages.stage("selection"):
@@ -509,7 +511,9 @@ def run(ctx):
         page = review_page(ctx, items, prereg, prereg_sha)
 
     # read back by the process that wrote it (rank 0 of a distributed run), its verdict shared by every rank
-    if parallel.broadcast(parallel.is_writer() and prereg_path.read_text(encoding="utf-8") != prereg_text(prereg)):
+    plan = parallel.plan_of(ctx)
+    if parallel.broadcast(plan, parallel.is_writer(plan)
+                          and prereg_path.read_text(encoding="utf-8") != prereg_text(prereg)):
         raise IdentityMismatch("the pre-registration file changed during the run",
                                [(None, str(prereg_path), prereg_sha, "changed")])
     in_tok = [len(it["input_ids"]) for it in items]

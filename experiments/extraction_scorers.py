@@ -25,7 +25,6 @@ import json
 
 LABEL_KEY = "sentiment"
 REGEX_WORDS = ("positive", "negative")
-REGEX_PATTERN = r"(?i)\b(positive|negative)\b"   # the pattern handed to lm-eval's RegexFilter
 REGEX_FALLBACK = "[invalid]"
 # Characters Python's re (IGNORECASE, str pattern) accepts for each letter of the two words; verified against `re`
 # over every code point in tests/test_extraction.py.

@@ -250,67 +250,30 @@ def units(items):
     return [(it["idx"], f"idx {it['idx']}", it["prompt"], it["candidates"]) for it in items]
 
 
-def run_official(ctx, items, parquet, selection, limit_ns, group, split="validation"):
-    """lm-eval on the documents (all of them, the smoke questions as sorted samples, or its own limit), then one
-    more lm-eval run per N of the limit demonstration, all on one HFLM per process. Data parallel through
-    parallel.shard_map: the documents by whole batches of the one-process plan (`group`), the limit runs (each one
-    whole lm-eval run with its own limit) by N; in a data-parallel run each rank passes its own documents as sorted
-    samples. The data is served as `split`."""
-    holder = {}
-
-    def lm():
-        if "lm" not in holder:
-            holder["lm"] = two_paths.load_official_model(ctx)
-        return holder["lm"]
-
-    per_doc, meta = parallel.shard_map(ctx, "official", items,
-                                       lambda part: official_part(ctx, lm(), part, parquet, selection, split),
-                                       combine=lambda metas, per_doc: combine_official(metas, per_doc, selection),
-                                       **group)
-    runs, _ = parallel.shard_map(ctx, "official_limit_runs", [{"idx": n} for n in limit_ns],
-                                 lambda part: limit_runs_part(ctx, lm(), parquet, [it["idx"] for it in part],
-                                                              split),
-                                 may_be_empty=True)
-    holder.clear()
-    if meta is not None:            # None: a --shard that got no batch of this run
-        meta["documents_passed_as_samples"] = (sorted(it["idx"] for it in items) if selection["mode"] == "smoke"
-                                               else None)
-    samples = [v["sample"] for v in per_doc.values()]
-    boundaries = {(idx, cand): tuple(b) for idx, v in per_doc.items() for cand, b in v["boundaries"]}
-    return samples, boundaries, meta, runs
-
-
 def official_part(ctx, lm, items, parquet, selection, split):
     """lm-eval's main run on these documents: ({doc_id: {"sample", "boundaries"}}, meta). One process: as the
     selection says (smoke: sorted samples; else lm-eval's own limit or all); a part of a data-parallel run: the
     part's documents as sorted samples (lm-eval does not shuffle, so they are the documents its limit selects)."""
     seed = ctx.config["seed"]
-    with ctx.stages.stage("official"):
-        cfg = task_config_for(parquet, split)
-        if selection["mode"] == "smoke" or parallel.PLAN.mode != "single":
-            passed = sorted(it["idx"] for it in items)
-            results = official.evaluate(lm, cfg, TASK_NAME, passed, seed)
-        else:
-            passed = None
-            results = official.evaluate(lm, cfg, TASK_NAME, None, seed, limit=selection["limit"])
-    boundaries = two_paths.official_boundaries(lm, items)
+    cfg = task_config_for(parquet, split)
+    if selection["mode"] == "smoke" or parallel.plan_of(ctx).mode != "single":
+        passed = sorted(it["idx"] for it in items)
+        results = official.evaluate(lm, cfg, TASK_NAME, passed, seed)
+    else:
+        passed = None
+        results = official.evaluate(lm, cfg, TASK_NAME, None, seed, limit=selection["limit"])
     meta = {**official_meta(results, passed, selection, split),
             **official.lm_facts(lm, ctx.inputs.model_dir, ctx.config)}
-    per_doc = {s["doc_id"]: {"sample": s, "boundaries": [[cand, b] for (idx, cand), b in boundaries.items()
-                                                         if idx == s["doc_id"]]}
-               for s in results["samples"][TASK_NAME]}
-    return per_doc, meta
+    return two_paths.logged_samples(lm, items, results["samples"][TASK_NAME]), meta
 
 
 def limit_runs_part(ctx, lm, parquet, limit_ns, split):
     """One whole lm-eval run with its own limit=N per N: ({N: results, n_samples, samples}, {})."""
     limit_runs = {}
-    with ctx.stages.stage("official_limit_runs"):
-        for n in tqdm(limit_ns, desc="lm-eval limit runs", unit="run"):
-            r = official.evaluate(lm, task_config_for(parquet, split), TASK_NAME,
-                                  None, ctx.config["seed"], limit=n)
-            limit_runs[n] = {"results": r["results"][TASK_NAME], "n_samples": r["n-samples"][TASK_NAME],
-                             "samples": r["samples"][TASK_NAME]}
+    for n in tqdm(limit_ns, desc="lm-eval limit runs", unit="run"):
+        r = official.evaluate(lm, task_config_for(parquet, split), TASK_NAME, None, ctx.config["seed"], limit=n)
+        limit_runs[n] = {"results": r["results"][TASK_NAME], "n_samples": r["n-samples"][TASK_NAME],
+                         "samples": r["samples"][TASK_NAME]}
     return limit_runs, {}
 
 
@@ -389,52 +352,35 @@ def prompt_template_sha256(config):
     return hashlib.sha256(config["mctaco_prompt"].encode("utf-8")).hexdigest()
 
 
-def run_independent(ctx, items, limit_ns, group):
-    """The independent path, data parallel through parallel.shard_map as the official path: ({idx: scored}, meta,
-    fast results or None, {N: the limit run's documents scored again in its own batches}). Parity mode, each
-    forward batch served from / stored into the result cache unless --no-cache (a cached score is the computed
-    float, so the bit-exact claim survives it); with --fast (one process only), also fast mode on the same loaded
-    model, reported next to parity mode (fast_check.py). One model per process serves both calls."""
-    holder, fast = {}, {}
-
-    def loaded():
-        if "model" not in holder:
-            holder["model"] = two_paths.load_independent_model(ctx)
-        return holder["model"]
-
-    out, meta = parallel.shard_map(ctx, "independent", items, lambda part: independent_part(ctx, loaded(), part, fast),
-                                   combine=two_paths.combine_independent, **group)
-    limit_scores, _ = parallel.shard_map(ctx, "independent_limit_runs", [{"idx": n} for n in limit_ns],
-                                         lambda part: limit_scores_part(ctx, loaded(), items,
-                                                                        [it["idx"] for it in part]),
-                                         may_be_empty=True)
-    holder.clear()
-    return out, meta, fast.get("runs"), limit_scores
+def scoring_calls(ctx, items, parquet, selection, limit_ns, split):
+    """MC-TACO's two calls: the documents (lm-eval's task; the independent path on the same batches, through the
+    result cache), and the limit demonstration (one whole lm-eval run per N, assigned by N; the independent path
+    scores each again on that run's own batches)."""
+    main = two_paths.Call(items, lambda lm, part: official_part(ctx, lm, part, parquet, selection, split),
+                          units=units, combine_official=lambda metas, per_doc: combine_official(metas, per_doc,
+                                                                                                selection),
+                          check_official=lambda meta: check_task_config(meta, ctx.config))
+    limits = two_paths.Call([{"idx": n} for n in limit_ns], suffix="_limit_runs",
+                            official=lambda lm, part: limit_runs_part(ctx, lm, parquet, [it["idx"] for it in part],
+                                                                      split),
+                            independent=lambda model, tokenizer, part: limit_scores_part(
+                                ctx, model, tokenizer, items, [it["idx"] for it in part]))
+    return [main, limits]
 
 
-def independent_part(ctx, loaded, items, fast):
-    model, tokenizer = loaded
-    out, meta = two_paths.score_independent(ctx, model, tokenizer, units(items), prompt_template_sha256(ctx.config))
-    if ctx.options.fast:
-        fast["runs"] = fast_check.run_fast(ctx, items, model, tokenizer)
-    return out, meta
-
-
-def limit_scores_part(ctx, loaded, items, limit_ns):
+def limit_scores_part(ctx, model, tokenizer, items, limit_ns):
     """The documents of each limit=N run (0..N-1) scored as that run's own loglikelihood call: in the batches lm-eval
     forms for exactly those documents. ({N: {"doc_ids", "scores", "shapes"}}, {}); never from the result cache."""
-    model, tokenizer = loaded
     out = {}
-    with ctx.stages.stage("independent_limit_runs"):
-        for n in limit_ns:
-            first = [it for it in items if it["idx"] < n]
-            if [it["idx"] for it in first] != list(range(n)):
-                raise ResourceError(f"mctaco: the limit={n} run's documents 0..{n - 1} are not all in this run's "
-                                    "selection")
-            scored, plan, _ = scoring.score_items(model, tokenizer, [u[1:] for u in units(first)],
-                                                  ctx.config["max_input_tokens"], ctx.config["official_batch_size"])
-            out[n] = {"doc_ids": [it["idx"] for it in first], "scores": [[c["score"] for c in s] for s in scored],
-                      "shapes": plan.shapes()}
+    for n in limit_ns:
+        first = [it for it in items if it["idx"] < n]
+        if [it["idx"] for it in first] != list(range(n)):
+            raise ResourceError(f"mctaco: the limit={n} run's documents 0..{n - 1} are not all in this run's "
+                                "selection")
+        scored, plan, _ = scoring.score_items(model, tokenizer, [u[1:] for u in units(first)],
+                                              ctx.config["max_input_tokens"], ctx.config["official_batch_size"])
+        out[n] = {"doc_ids": [it["idx"] for it in first], "scores": [[c["score"] for c in s] for s in scored],
+                  "shapes": plan.shapes()}
     return out, {}
 
 
@@ -735,14 +681,16 @@ def run(ctx):
     limit_ns = limit_ns_for(doc_idx, questions, config)
     shuffle_source = check_shuffle_source()   # before any model is loaded: a moved source line stops the run early
 
-    group = two_paths.by_whole_batches(ctx, units(items))
-    samples, boundaries, official_meta, limit_runs = run_official(ctx, items, parquet, selection, list(limit_ns),
-                                                                  group, data_split(data_entry))
-    if official_meta is not None:
-        check_task_config(official_meta, config)
-    independent, independent_meta, fast, limit_scores = run_independent(ctx, items, list(limit_ns), group)
-    parallel.scoring_done(ctx)
-    two_paths.check_same_loading(official_meta, independent_meta)
+    fast_mode = ((lambda model, tokenizer: fast_check.run_fast(ctx, items, model, tokenizer)) if ctx.options.fast
+                 else None)
+    calls = scoring_calls(ctx, items, parquet, selection, list(limit_ns), data_split(data_entry))
+    scored = two_paths.score_twice(ctx, calls, prompt_template_sha256(config), fast_mode)
+    (per_doc, official_meta), (independent, independent_meta) = scored.official[""], scored.independent[""]
+    official_meta["documents_passed_as_samples"] = (sorted(it["idx"] for it in items)
+                                                    if selection["mode"] == "smoke" else None)
+    samples, boundaries = two_paths.samples_and_boundaries(per_doc)
+    limit_runs, limit_scores = scored.official["_limit_runs"][0], scored.independent["_limit_runs"][0]
+    fast = scored.fast
     with ctx.stages.stage("compare"):
         official_by_idx = two_paths.join_samples(items, samples, boundaries, independent, mctaco_fields, "documents",
                                                  independent_meta["special_tokens"]["prefix_ids"])

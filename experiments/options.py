@@ -28,7 +28,7 @@ paired analysis -> evidence.
 import hashlib
 import json
 
-from experiments import official, parallel, scoring, stats, two_paths
+from experiments import official, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
@@ -39,7 +39,6 @@ CONFIG_SECTIONS = ("shared", "protocol", "options")
 EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device without that claim
 DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
 TASK_YAML = "tasks/glue/sst2/default.yaml"
-LABEL_NAMES = {0: "negative", 1: "positive"}
 
 
 # ---- pure definitions (unit-tested; audit.py re-implements them on its own) ---------------------------------
@@ -230,18 +229,9 @@ def summed(key):
     return lambda metas, _: {**metas[0], key: sum(m[key] for m in metas)}
 
 
-def run_official(ctx, units, group):
-    """The official path, data parallel through parallel.shard_map: ({(idx, condition): candidates}, meta)."""
-    per_unit, meta = parallel.shard_map(ctx, "official", units, lambda part: official_part(ctx, part),
-                                        key=unit_key, combine=summed("n_requests"), **group)
-    return by_pair(per_unit), meta
-
-
-def official_part(ctx, units):
+def official_part(ctx, lm, units):
     """lm-eval builds the requests from the displayed choices (construct_requests), its HFLM scores them in one
     loglikelihood call, and its process_results computes acc and acc_norm from the official scores."""
-    config = ctx.config
-    lm = two_paths.load_official_model(ctx)
     keys, pairs = [], []
     for u in units:
         it = u["item"]
@@ -250,8 +240,7 @@ def official_part(ctx, units):
             for j, pair in enumerate(reqs):
                 keys.append((u["key"], c["name"], j))
                 pairs.append(pair)
-    with ctx.stages.stage("official"):
-        results = official.loglikelihood(lm, pairs)
+    results = official.loglikelihood(lm, pairs)
     out = {}
     for (key, name, j), pair, res in zip(keys, pairs, results):
         out.setdefault(key, {}).setdefault(name, []).append({"request": pair, "score": res[0], "is_greedy": res[1],
@@ -271,22 +260,13 @@ def official_part(ctx, units):
                "multiple_choice task per displayed choice list), every request of the run in one call; acc and "
                "acc_norm from its process_results",
         "n_requests": len(pairs),
-        **official.lm_facts(lm, ctx.inputs.model_dir, config),
+        **official.lm_facts(lm, ctx.inputs.model_dir, ctx.config),
     }
-    del lm
     return out, meta
 
 
-def run_independent(ctx, units, group):
-    """The independent path, data parallel as the official path: ({(idx, condition): scored}, meta)."""
-    per_unit, meta = parallel.shard_map(ctx, "independent", units, lambda part: independent_part(ctx, part),
-                                        key=unit_key, combine=two_paths.combine_independent, **group)
-    return by_pair(per_unit), meta
-
-
-def independent_part(ctx, units):
+def independent_part(ctx, model, tokenizer, units):
     """Every unit's candidates in lm-eval's batches for this part's requests, split back by condition."""
-    model, tokenizer = two_paths.load_independent_model(ctx)
     scored, meta = two_paths.score_independent(ctx, model, tokenizer, [unit_requests(u) for u in units],
                                                template_sha256(ctx.config), "independent scoring (5 conditions)")
     out = {}
@@ -294,6 +274,14 @@ def independent_part(ctx, units):
         cands = iter(scored[u["key"]])
         out[u["key"]] = {c["name"]: [next(cands) for _ in c["candidates"]] for c in u["conditions"]}
     return out, meta
+
+
+def scoring_call(ctx, units):
+    """The options experiment's one call: every (item, context) unit, its conditions' requests on both paths."""
+    return two_paths.Call(units, lambda lm, part: official_part(ctx, lm, part),
+                          units=lambda us: [unit_requests(u) for u in us], key=unit_key,
+                          independent=lambda model, tokenizer, part: independent_part(ctx, model, tokenizer, part),
+                          combine_official=summed("n_requests"))
 
 
 # ---- join, compare, records ---------------------------------------------------------------------------------
@@ -491,12 +479,9 @@ def score_and_compare(ctx, items, conditions):
     Raises IdentityMismatch on any difference. bench.py times this too."""
     config = ctx.config
     check_shared_contexts(items, conditions)
-    units = scoring_units(items, conditions)
-    group = two_paths.by_whole_batches(ctx, [unit_requests(u) for u in units], key=unit_key)
-    off, official_meta = run_official(ctx, units, group)
-    ind, independent_meta = run_independent(ctx, units, group)
-    parallel.scoring_done(ctx)
-    two_paths.check_same_loading(official_meta, independent_meta)
+    scored = two_paths.score_twice(ctx, [scoring_call(ctx, scoring_units(items, conditions))], template_sha256(config))
+    (off, official_meta), (ind, independent_meta) = scored.official[""], scored.independent[""]
+    off, ind = by_pair(off), by_pair(ind)
     with ctx.stages.stage("compare"):
         records, bad = make_records(items, conditions, off, ind)
         if bad:

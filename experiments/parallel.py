@@ -3,7 +3,8 @@
     per_item, meta = parallel.shard_map(ctx, "official", items, fn, group=..., combine=...)
 
 `fn(part)` scores a list of items and returns ({key: value} for exactly those items, meta). What shard_map does
-with it depends on how the process was started (the process-wide PLAN, set by run.py):
+with it depends on how the process was started: the run's Plan, which run.py makes (experiments/launch.py) and
+hands to every experiment as ctx.plan:
 
     single       fn(items): nothing changes (a plain `python run.py`, or a world of 1).
     distributed  torchrun / accelerate launch (WORLD_SIZE > 1 in the environment): every rank runs fn on its own
@@ -71,7 +72,9 @@ class Plan:
     pending: list = field(default_factory=list)     # replay: evidence installed once every experiment replayed
 
 
-PLAN = Plan()
+def plan_of(ctx):
+    """The run's plan (one process when the context carries none)."""
+    return ctx.plan if ctx.plan is not None else Plan()
 
 
 def launcher_from_env(environ=None):
@@ -85,11 +88,11 @@ def launcher_from_env(environ=None):
 
 
 def init_distributed(device="cpu"):
-    """Join the process group the launcher described (gloo on CPU, nccl on GPU); set PLAN. A no-op for a world of
-    one. A launch without the variables torch.distributed needs is refused with one line."""
+    """Join the process group the launcher described (gloo on CPU, nccl on GPU): the distributed Plan, or a
+    single one for a world of one. A launch without the variables torch.distributed needs is refused with one line."""
     launcher = launcher_from_env()
     if not launcher:
-        return PLAN
+        return Plan()
     if launcher == "unknown":
         raise ResourceError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but not all of {', '.join(LAUNCH_ENV)} are set: "
                             "start data-parallel runs with torchrun or accelerate launch")
@@ -100,9 +103,8 @@ def init_distributed(device="cpu"):
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, 1800))))
-    PLAN.mode, PLAN.rank, PLAN.world = "distributed", dist.get_rank(), dist.get_world_size()
-    PLAN.launcher, PLAN.backend = launcher, backend
-    return PLAN
+    return Plan(mode="distributed", rank=dist.get_rank(), world=dist.get_world_size(), launcher=launcher,
+                backend=backend)
 
 
 HIDDEN_FROM_LM_EVAL = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PMI_SIZE", "PMI_RANK",
@@ -122,33 +124,33 @@ def one_process_lm_eval():
         os.environ.update(saved)
 
 
-def shutdown():
-    if PLAN.mode == "distributed":
+def shutdown(plan):
+    if plan is not None and plan.mode == "distributed":
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def is_writer():
+def is_writer(plan):
     """Only rank 0 of a distributed run writes evidence (and every single, shard or replay process)."""
-    return PLAN.rank == 0 or PLAN.mode != "distributed"
+    return plan.rank == 0 or plan.mode != "distributed"
 
 
-def all_gather(obj):
+def all_gather(plan, obj):
     """[obj of rank 0, obj of rank 1, ...] on every rank ([obj] outside a distributed run)."""
-    if PLAN.mode != "distributed":
+    if plan.mode != "distributed":
         return [obj]
     import torch.distributed as dist
 
-    out = [None] * PLAN.world
+    out = [None] * plan.world
     dist.all_gather_object(out, obj)
     return out
 
 
-def broadcast(obj):
+def broadcast(plan, obj):
     """Rank 0's obj on every rank."""
-    return all_gather(obj)[0]
+    return all_gather(plan, obj)[0]
 
 
 # ---- the assignment rule ------------------------------------------------------------------------------------------
@@ -175,25 +177,26 @@ def shard_map(ctx, call, items, fn, group=default_key, key=default_key, combine=
 
     A rank or shard whose part is empty does not call fn (its meta is None and left out of combine); a shard
     without items of a call that needs them (may_be_empty False) is refused: its checks would have nothing to see."""
-    if PLAN.mode == "single":
+    plan = plan_of(ctx)
+    if plan.mode == "single":
         return fn(items)
-    if PLAN.mode == "replay":
-        parts = replayed_parts(ctx.name, call, items, group, key)
+    if plan.mode == "replay":
+        parts = replayed_parts(plan, ctx.name, call, items, group, key)
     else:
-        part = part_of(items, group, PLAN.rank, PLAN.world)
-        PLAN.scored.setdefault(ctx.name, {})[call] = [key(it) for it in part]
-        if PLAN.mode == "shard":
+        part = part_of(items, group, plan.rank, plan.world)
+        plan.scored.setdefault(ctx.name, {})[call] = [key(it) for it in part]
+        if plan.mode == "shard":
             if not part and not may_be_empty:
-                raise ResourceError(f"--shard {PLAN.rank + 1}/{PLAN.world}: this shard gets no item of {ctx.name} "
-                                    f"{call} ({len({group(it) for it in items})} groups for {PLAN.world} shards); "
+                raise ResourceError(f"--shard {plan.rank + 1}/{plan.world}: this shard gets no item of {ctx.name} "
+                                    f"{call} ({len({group(it) for it in items})} groups for {plan.world} shards); "
                                     "use fewer shards")
             per_item, meta = fn(part) if part else ({}, None)
-            record(ctx.name, call, per_item, meta)
+            record(plan, ctx.name, call, per_item, meta)
             return per_item, meta
-        parts = all_gather(run_part(fn, part, key))
+        parts = all_gather(plan, run_part(fn, part, key))
         failed = [(r, p) for r, p in enumerate(parts) if "error" in p]
         if failed:
-            raise_failure(ctx.name, call, failed)
+            raise_failure(plan, ctx.name, call, failed)
         parts = [(f"rank {r}", p["per_item"], p["meta"]) for r, p in enumerate(parts)]
     return reassemble(items, key, parts, combine)
 
@@ -208,16 +211,16 @@ def run_part(fn, part, key):
                 "items": [key(it) for it in part]}
 
 
-def raise_failure(name, call, failed):
+def raise_failure(plan, name, call, failed):
     rank, p = failed[0]
     items = p["items"]
     shown = ", ".join(map(str, items[:8])) + (f", ... ({len(items)} items)" if len(items) > 8 else "")
-    message = (f"[{name}] rank {rank} of {PLAN.world} failed in {call} (its items: {shown}): {p['kind']}: "
+    message = (f"[{name}] rank {rank} of {plan.world} failed in {call} (its items: {shown}): {p['kind']}: "
                f"{p['error']}" + (f"; {len(failed) - 1} other rank(s) failed too" if len(failed) > 1 else ""))
     if p["kind"] == "ResourceError":
         raise ResourceError(message)
     if p["kind"] == "ScoringError":
-        from experiments.scoring import ScoringError
+        from experiments.evidence import ScoringError
 
         raise ScoringError(message)
     if p["kind"] == "IdentityMismatch":
@@ -243,15 +246,16 @@ def agreed(ctx, call, value, pick):
     made it); shard: value, recorded in the shard file; replay: pick([(shard label, the shard's value)], value),
     which checks the shards' values against this run's and returns the one to keep (never recomputed after the
     scoring it preceded)."""
-    if PLAN.mode == "distributed":
-        return broadcast(value)
-    if PLAN.mode == "shard":
-        record(ctx.name, call, {}, value)
-        return PLAN.recorded[ctx.name][call]["meta"]
-    if PLAN.mode == "replay":
-        shards = PLAN.replay.get(ctx.name, {}).get(call) or []
-        if len(shards) != PLAN.world:
-            raise ResourceError(f"--merge: {len(shards)} of {PLAN.world} shards hold the {ctx.name} {call}; "
+    plan = plan_of(ctx)
+    if plan.mode == "distributed":
+        return broadcast(plan, value)
+    if plan.mode == "shard":
+        record(plan, ctx.name, call, {}, value)
+        return plan.recorded[ctx.name][call]["meta"]
+    if plan.mode == "replay":
+        shards = plan.replay.get(ctx.name, {}).get(call) or []
+        if len(shards) != plan.world:
+            raise ResourceError(f"--merge: {len(shards)} of {plan.world} shards hold the {ctx.name} {call}; "
                                 "expected every shard's, written by run.py --shard")
         return pick([(label, part["meta"]) for label, _, part in shards], value)
     return value
@@ -259,7 +263,7 @@ def agreed(ctx, call, value, pick):
 
 def scoring_done(ctx):
     """Called by an experiment after its last shard_map: in shard mode the experiment ends here."""
-    if PLAN.mode == "shard":
+    if plan_of(ctx).mode == "shard":
         raise ShardScored(ctx.name)
 
 
@@ -272,23 +276,23 @@ def plain(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def record(name, call, per_item, meta):
+def record(plan, name, call, per_item, meta):
     text = json.dumps({"items": [[k, v] for k, v in per_item.items()], "meta": meta}, default=plain,
                       sort_keys=True, ensure_ascii=False)
-    PLAN.recorded.setdefault(name, {})[call] = json.loads(text)
+    plan.recorded.setdefault(name, {})[call] = json.loads(text)
 
 
 def as_key(k):
     return tuple(as_key(x) for x in k) if isinstance(k, list) else k
 
 
-def replayed_parts(name, call, items, group, key):
+def replayed_parts(plan, name, call, items, group, key):
     """The shards' parts of one call: every selected item exactly once, from the shard the rule assigns it to."""
-    shards = PLAN.replay.get(name, {}).get(call)
+    shards = plan.replay.get(name, {}).get(call)
     if shards is None:
         raise ResourceError(f"--merge: the shards hold no results of {name} {call}; were they written by this "
                             "code? (expected a shard written by run.py --shard)")
-    expected = dict(zip((key(it) for it in items), owners(items, group, PLAN.world)))
+    expected = dict(zip((key(it) for it in items), owners(items, group, plan.world)))
     seen, parts = {}, []
     for label, k, part in shards:
         per_item = {}
@@ -301,7 +305,7 @@ def replayed_parts(name, call, items, group, key):
                                     f"{label}; shards must not overlap")
             if item_key not in expected or expected[item_key] != k:
                 raise ResourceError(f"--merge: {label}: {name} {call} item {item_key} does not belong to shard "
-                                    f"{k + 1}/{PLAN.world} of this selection")
+                                    f"{k + 1}/{plan.world} of this selection")
             seen[item_key] = label
             per_item[item_key] = pair[1]
         parts.append((label, per_item, part["meta"]))
@@ -309,23 +313,23 @@ def replayed_parts(name, call, items, group, key):
     if missing:
         owner = expected[missing[0]] + 1
         raise ResourceError(f"--merge: {name} {call} item {missing[0]} is missing (expected in shard "
-                            f"{owner}/{PLAN.world}; {len(missing)} item(s) missing in all)")
+                            f"{owner}/{plan.world}; {len(missing)} item(s) missing in all)")
     return parts
 
 
 # ---- per-rank facts for stages.json and environment.json -------------------------------------------------------
 
-def rank_facts(name, stages, started):
+def rank_facts(plan, name, stages, started):
     """This rank's stages of experiment `name`, its wall time, peak RSS and the items it scored per call (gathered
     to rank 0 after each experiment, for stages.json)."""
     from experiments.evidence import peak_rss_bytes
 
-    return {"rank": PLAN.rank, "stages": list(stages), "wall_s": round(time.perf_counter() - started, 4),
-            "peak_rss_bytes": peak_rss_bytes(), "items_scored": dict(PLAN.scored.get(name, {})),
+    return {"rank": plan.rank, "stages": list(stages), "wall_s": round(time.perf_counter() - started, 4),
+            "peak_rss_bytes": peak_rss_bytes(), "items_scored": dict(plan.scored.get(name, {})),
             "host": os.uname().nodename, "pid": os.getpid()}
 
 
-def describe():
+def describe(plan):
     """environment.json "data_parallel": how this run was distributed."""
-    return {"mode": PLAN.mode, "world_size": PLAN.world, "launcher": PLAN.launcher or None,
-            "backend": PLAN.backend or None, "rule": RULE}
+    return {"mode": plan.mode, "world_size": plan.world, "launcher": plan.launcher or None,
+            "backend": plan.backend or None, "rule": RULE}

@@ -14,7 +14,7 @@ compare -> evidence.
 """
 import hashlib
 
-from experiments import fast_check, official, parallel, scoring, stats, two_paths
+from experiments import fast_check, official, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
@@ -84,44 +84,22 @@ def units(items):
     return [(it["idx"], f"idx {it['idx']}", it["prompt"], it["candidates"]) for it in items]
 
 
-def run_official(ctx, items, group):
-    """lm-eval with the installed task on the selected idx list (see indices_for_lm_eval for the order), data
-    parallel through parallel.shard_map (each rank runs lm-eval on its own part, whole batches of the one-process
-    plan: two_paths.by_whole_batches; one process: all of it)."""
-    passed, order = indices_for_lm_eval([it["idx"] for it in items], sort=not ctx.options.no_sort_samples)
-    per_doc, meta = parallel.shard_map(ctx, "official", items, lambda part: official_part(ctx, part),
-                                       combine=combine_official, **group)
-    samples = [v["sample"] for v in per_doc.values()]
-    boundaries = {(idx, cand): tuple(b) for idx, v in per_doc.items() for cand, b in v["boundaries"]}
-    if meta is not None:            # None: a --shard that got no batch of this run
-        meta.update(indices_passed_to_lm_eval=passed, indices_sorted=passed == sorted(passed), indices_order=order)
-    return samples, boundaries, meta
-
-
-def official_part(ctx, items):
-    """lm-eval on these items: ({doc_id: {"sample": logged sample, "boundaries": [[candidate, lm-eval's token
-    boundary]]}}, meta)."""
-    config = ctx.config
-    lm = two_paths.load_official_model(ctx)
+def official_part(ctx, lm, items):
+    """lm-eval with the installed task on these items (see indices_for_lm_eval for the order): ({doc_id: {"sample":
+    logged sample, "boundaries": lm-eval's token boundaries}}, meta)."""
     passed, _ = indices_for_lm_eval([it["idx"] for it in items], sort=not ctx.options.no_sort_samples)
     cfg = official.task_config(TASK_YAML, ctx.inputs.parquet_path)
-    with ctx.stages.stage("official"):
-        results = official.evaluate(lm, cfg, TASK_NAME, passed, config["seed"])
+    results = official.evaluate(lm, cfg, TASK_NAME, passed, ctx.config["seed"])
     meta = {
         "lm_eval_version": official.version(),
         "task_yaml": TASK_YAML,
         "dumped_task_config": results["configs"][TASK_NAME],
         "lm_eval_files_sha256": official.file_hashes(extra=[TASK_YAML]),
         "reported_acc": results["results"][TASK_NAME]["acc,none"],
-        **official.lm_facts(lm, ctx.inputs.model_dir, config),
+        **official.lm_facts(lm, ctx.inputs.model_dir, ctx.config),
         "custom_dataset": "serves the verified cache parquet as the validation split (+ an empty train split)",
     }
-    boundaries = two_paths.official_boundaries(lm, items)
-    del lm
-    per_doc = {s["doc_id"]: {"sample": s, "boundaries": [[cand, b] for (idx, cand), b in boundaries.items()
-                                                         if idx == s["doc_id"]]}
-               for s in results["samples"][TASK_NAME]}
-    return per_doc, meta
+    return two_paths.logged_samples(lm, items, results["samples"][TASK_NAME]), meta
 
 
 def combine_official(metas, per_doc):
@@ -130,24 +108,12 @@ def combine_official(metas, per_doc):
     return {**metas[0], "reported_acc": official.aggregate("acc", [v["sample"]["acc"] for v in per_doc.values()])}
 
 
-def run_independent(ctx, items, group):
-    """Parity mode (scoring.py: lm-eval's batches), each forward batch served from / stored into the result cache
-    unless --no-cache, data parallel through parallel.shard_map as the official path; with --fast (one process
-    only), also fast mode (fast_scoring.py) on the same loaded model. Returns (scores by idx, meta, fast results or
-    None)."""
-    fast = {}
-    out, meta = parallel.shard_map(ctx, "independent", items, lambda part: independent_part(ctx, part, fast),
-                                   combine=two_paths.combine_independent, **group)
-    return out, meta, fast.get("runs")
-
-
-def independent_part(ctx, items, fast):
-    """The independent scores of these items ({idx: scored candidates}, meta); fast["runs"] with --fast."""
-    model, tokenizer = two_paths.load_independent_model(ctx)
-    out, meta = two_paths.score_independent(ctx, model, tokenizer, units(items), prompt_template_sha256(ctx.config))
-    if ctx.options.fast:
-        fast["runs"] = fast_check.run_fast(ctx, items, model, tokenizer)
-    return out, meta
+def scoring_call(ctx, items):
+    """The protocol's one call: every selected item, lm-eval's task on the official side, the items' prompts and
+    candidates on the independent side (lm-eval's batches, the result cache)."""
+    return two_paths.Call(items, lambda lm, part: official_part(ctx, lm, part), units=units,
+                          combine_official=combine_official,
+                          check_official=lambda meta: check_task_config(meta["dumped_task_config"], ctx.config))
 
 
 def sst2_fields(sample, item):
@@ -245,16 +211,18 @@ def sort_note(options, official_meta):
 
 
 def score_and_compare(ctx, items):
-    """Both paths, the identity join and the comparison: (records, texts, summary, official meta, independent
-    meta). Raises IdentityMismatch on any difference."""
+    """Both paths (two_paths.score_twice), the identity join and the comparison: (records, texts, summary, official
+    meta, independent meta). Raises IdentityMismatch on any difference. bench.py times this."""
     config, stages = ctx.config, ctx.stages
-    group = two_paths.by_whole_batches(ctx, units(items))
-    samples, boundaries, official_meta = run_official(ctx, items, group)
-    if official_meta is not None:
-        check_task_config(official_meta["dumped_task_config"], config)
-    independent, independent_meta, fast = run_independent(ctx, items, group)
-    parallel.scoring_done(ctx)
-    two_paths.check_same_loading(official_meta, independent_meta)
+    fast_mode = ((lambda model, tokenizer: fast_check.run_fast(ctx, items, model, tokenizer)) if ctx.options.fast
+                 else None)
+    scored = two_paths.score_twice(ctx, [scoring_call(ctx, items)], prompt_template_sha256(config), fast_mode)
+    (per_doc, official_meta), (independent, independent_meta) = scored.official[""], scored.independent[""]
+    samples, boundaries = two_paths.samples_and_boundaries(per_doc)
+    passed, order = indices_for_lm_eval([it["idx"] for it in items], sort=not ctx.options.no_sort_samples)
+    official_meta.update(indices_passed_to_lm_eval=passed, indices_sorted=passed == sorted(passed),
+                         indices_order=order)
+    fast = scored.fast
     with stages.stage("compare"):
         official_by_idx = join_and_check(items, samples, boundaries, independent, official_meta,
                                          independent_meta["special_tokens"]["prefix_ids"])

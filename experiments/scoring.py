@@ -30,9 +30,7 @@ import hashlib
 
 import torch
 
-
-class ScoringError(Exception):
-    """An assertion of the independent path failed: the message names the item and what differed."""
+from experiments.evidence import ScoringError  # noqa: F401 -- raised here; defined where run.py can catch it cheaply
 
 
 def sha256_text(text):

@@ -101,7 +101,7 @@ def check_shards(directories):
 
 
 def replay_table(docs):
-    """parallel.PLAN.replay: {experiment: {call: [(label, k - 1, part), ...]}} from the checked shards. An item in
+    """A merge's Plan.replay: {experiment: {call: [(label, k - 1, part), ...]}} from the checked shards. An item in
     two shards is refused here, before anything runs (missing and foreign items need the selection: at replay)."""
     table, seen = {}, {}
     for d, doc in docs:

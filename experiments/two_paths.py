@@ -6,6 +6,9 @@ the two paths' scores, the message when they still disagree, and the agreement a
 protocol and mctaco use all of it; options uses all but the join of logged samples (its official path is lm-eval's
 model API, so there are no logged samples to join); extraction the model loading and the loading check.
 """
+from dataclasses import dataclass, field
+from typing import Callable
+
 from tqdm import tqdm
 
 from experiments import official, parallel, result_cache, scoring
@@ -108,8 +111,7 @@ def score_independent(ctx, model, tokenizer, units, prompt_template_sha256, desc
     batch served from / stored into the result cache unless --no-cache. Returns ({key: scored candidates}, meta)."""
     config = ctx.config
     cache = result_cache.open_for(ctx, "independent-parity", prompt_template_sha256)
-    with ctx.stages.stage("independent"), tqdm(total=sum(len(u[3]) for u in units), desc=desc,
-                                               unit="cand") as bar:
+    with tqdm(total=sum(len(u[3]) for u in units), desc=desc, unit="cand") as bar:
         scored, plan, served = scoring.score_items(model, tokenizer, [u[1:] for u in units],
                                                    config["max_input_tokens"], config["official_batch_size"], cache,
                                                    bar.update)
@@ -128,7 +130,7 @@ def by_whole_batches(ctx, units, key=lambda item: item["idx"]):
     and its lm-eval call forms exactly the batches one process forms. Batches that one unit's rows span form one
     group; the k-th group in plan order goes to rank k mod N. A rank or shard may get none (fewer groups than
     ranks: a smoke run is one batch). {} in one process, where every unit is scored together."""
-    if parallel.PLAN.mode == "single":
+    if parallel.plan_of(ctx).mode == "single":
         return {}
     from adapter import load_tokenizer
 
@@ -174,6 +176,98 @@ def score_disagreement(keys, independent, config, noun="items"):
             f"{kernel_summary(kernel_identity())}, {config['device']} {config['dtype']}: a kernel rounded the same "
             "tensor differently in the two calls. Try --threads 1, or MKL_CBWR=COMPATIBLE in the environment; if "
             "it persists, report this line with O/environment.json")
+
+
+# ---- the score-twice pipeline ------------------------------------------------------------------------------------
+# protocol, options and MC-TACO each describe their scoring calls (Call) and hand them to score_twice, which loads
+# each path's model once per process, runs the official side of every call, then the independent side, data
+# parallel through parallel.shard_map, and checks that both loaded the model the same way. What an experiment does
+# with the two sides (the identity join, the comparison, the records) stays in the experiment.
+
+def by_idx(item):
+    return item["idx"]
+
+
+@dataclass
+class Call:
+    """One scoring call both paths make on the same items.
+
+    official(lm, part) -> ({key: result}, meta): lm-eval on a part of the items (stage "official" + suffix).
+    units(items) -> [(key, where, context, candidates)]: what both paths score. With units, the independent side
+    defaults to score_independent on the part's units and data parallelism assigns whole batches of the one-process
+    plan; independent(model, tokenizer, part) -> ({key: scored}, meta) replaces the default (stage "independent" +
+    suffix). check_official(meta) raises when lm-eval ran something else than the experiment implements."""
+    items: list
+    official: Callable
+    units: Callable = None
+    independent: Callable = None
+    suffix: str = ""
+    key: Callable = by_idx
+    combine_official: Callable = None
+    combine_independent: Callable = None
+    check_official: Callable = None
+
+
+@dataclass
+class Scored:
+    """score_twice's result: {suffix: ({key: value}, meta)} per path, and fast mode's runs (None without --fast)."""
+    official: dict = field(default_factory=dict)
+    independent: dict = field(default_factory=dict)
+    fast: object = None
+
+
+def score_twice(ctx, calls, template_sha256, fast=None):
+    """Both paths on every call: the official side of each call first (one HFLM per process, dropped before the
+    independent model loads), then the independent side (one model per process), then with --fast `fast(model,
+    tokenizer)` on the independent model (one process only: run.py refuses --fast under data parallelism). Ends the
+    experiment here in shard mode (parallel.scoring_done) and checks that both paths loaded the model alike."""
+    loaded, assigned, out = {}, {}, Scored()
+
+    def model_of(path):
+        if path not in loaded:
+            loaded[path] = load_official_model(ctx) if path == "official" else load_independent_model(ctx)
+        return loaded[path]
+
+    def timed(stage, fn):
+        with ctx.stages.stage(stage):
+            return fn()
+
+    for c in calls:
+        assigned[c.suffix] = by_whole_batches(ctx, c.units(c.items), c.key) if c.units else {"may_be_empty": True}
+        out.official[c.suffix] = parallel.shard_map(
+            ctx, "official" + c.suffix, c.items, key=c.key, combine=c.combine_official, **assigned[c.suffix],
+            fn=lambda part, c=c: timed("official" + c.suffix, lambda: c.official(model_of("official"), part)))
+        if c.check_official is not None and out.official[c.suffix][1] is not None:
+            c.check_official(out.official[c.suffix][1])
+    loaded.pop("official", None)
+    for c in calls:
+        score = c.independent or (lambda model, tokenizer, part, c=c: score_independent(
+            ctx, model, tokenizer, c.units(part), template_sha256))
+        out.independent[c.suffix] = parallel.shard_map(
+            ctx, "independent" + c.suffix, c.items, key=c.key,
+            combine=c.combine_independent or (combine_independent if c.units else None), **assigned[c.suffix],
+            fn=lambda part, c=c, score=score: timed("independent" + c.suffix, lambda: score(*model_of("independent"),
+                                                                                           part)))
+    if fast is not None:
+        out.fast = fast(*model_of("independent"))
+    loaded.clear()
+    parallel.scoring_done(ctx)
+    check_same_loading(out.official[calls[0].suffix][1], out.independent[calls[0].suffix][1])
+    return out
+
+
+def logged_samples(lm, items, samples):
+    """lm-eval's logged samples of these items with lm-eval's own token boundary of every candidate:
+    {doc_id: {"sample", "boundaries": [[candidate, (context ids, candidate ids)]]}} (what shard_map gathers)."""
+    boundaries = official_boundaries(lm, items)
+    return {s["doc_id"]: {"sample": s, "boundaries": [[cand, b] for (idx, cand), b in boundaries.items()
+                                                      if idx == s["doc_id"]]} for s in samples}
+
+
+def samples_and_boundaries(per_doc):
+    """(the logged samples, {(idx, candidate): lm-eval's boundary}) from logged_samples' gathered output."""
+    return ([v["sample"] for v in per_doc.values()],
+            {(idx, cand): tuple(b) for idx, v in per_doc.items() for cand, b in v["boundaries"]})
 
 
 # ---- the identity join of logged samples ---------------------------------------------------------------------

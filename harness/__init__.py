@@ -6,7 +6,8 @@
     sandbox.py      running untrusted code (code_exec): bubblewrap or jail.py (the child side), proctree.py
                     (finding and killing every descendant)
     adapters.py     ModelAdapter: toy, wrong, SmolLM2 (a loaded model and tokenizer, passed in)
-    hf_model.py     the CLI's model: a prepared cache's files re-hashed, loaded with transformers
+    hf_model.py     the repository's one model loader (adapter.py uses it too) and the CLI's check of a
+                    prepared cache; a leaf: it imports no other module of harness/ or the repository
     runner.py       batches, timeouts, per-task scores
     leaderboard.py  leaderboard.json and diff
     cli.py          python -m harness run | diff
@@ -16,5 +17,7 @@ Swap the adapter and the leaderboard changes; swap the tasks and it changes; not
 The package stands on its own: it imports nothing from the repository around it (config, resources, adapter,
 experiments, run, report, bench, audit; tests/test_harness.py checks this). What it needs is passed in:
 settings as arguments, the model as a loaded object. run.py --experiment harness (experiments/harness.py)
-composes it with the repository's config and model loading.
+composes it with the repository's config and a model loaded by adapter.py, whose loading is hf_model.py's: the
+loader lives here, at the one place both can import without an import running upwards (harness/ may import
+nothing of the repository; adapter.py may import a leaf that imports nothing of it).
 """

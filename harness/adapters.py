@@ -4,14 +4,14 @@
 - ToyAdapter: a deterministic pattern matcher written against the shipped fixture tasks (it never reads
   targets). It scores 1.0 on them and proves the plumbing, not any ability; on other tasks it says "I don't know".
 - WrongAdapter: always answers "∅", which no metric accepts: 0.0 everywhere.
-- SmolLM2Adapter: a loaded Hugging Face causal LM and its tokenizer, passed in (the harness loads no model itself:
+- SmolLM2Adapter: a loaded Hugging Face causal LM and its tokenizer, passed in (this module loads no model:
   experiments/harness.py passes the model loaded by the repository's adapter.py, `python -m harness` one loaded
-  by harness/hf_model.py). Chat template with the user turn, greedy decoding, at most `max_new_tokens` new
-  tokens, one prompt per forward pass (no padding, so a reply does not depend on which batch it landed in). It
-  implements the optional `cancel()`, which the runner calls when a call runs out of time. It keeps, per prompt,
-  what an audit needs to re-check the generation with its own forward pass (`generations`: the chat-rendered
-  prompt, its token ids, the generated token ids including a final eos, and the finish reason: eos, length, or
-  cancelled).
+  by harness/hf_model.py, which adapter.py's loader calls too: the same model either way). Chat template with the
+  user turn, greedy decoding, at most `max_new_tokens` new tokens, one prompt per forward pass (no padding, so a
+  reply does not depend on which batch it landed in). It implements the optional `cancel()`, which the runner
+  calls when a call runs out of time. It keeps, per prompt, what an audit needs to re-check the generation with
+  its own forward pass (`generations`: the chat-rendered prompt, its token ids, the generated token ids including
+  a final eos, and the finish reason: eos, length, or cancelled).
 """
 import re
 import threading

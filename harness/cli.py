@@ -5,8 +5,9 @@
 --tasks-dir it reads the shipped fixture tasks (fixtures/harness_tasks) in place. --tasks-dir must exist and hold
 task files; with --seed-fixtures it is created if needed and the fixtures are copied into it when it has no task
 files (an editable copy). `smollm2` needs --cache, a directory prepared by prepare.py: the model's files are
-re-hashed against the cache manifest, then loaded with transformers (harness/hf_model.py) using --dtype,
---attn-implementation and --threads, whose defaults are config.py's values.
+re-hashed against the cache manifest, then loaded by harness/hf_model.py (the loader run.py's experiments use
+too, through adapter.py) with --dtype, --attn-implementation, --threads and --device, whose defaults are config.py's
+values.
 `diff` prints which tasks moved and by how much and which examples changed; it refuses (exit 2) to compare
 runs whose task files differ unless --allow-different-tasks.
 
@@ -22,14 +23,14 @@ from tqdm import tqdm
 
 from harness import leaderboard, runner
 from harness.adapters import make_adapter
-from harness.hf_model import ModelUnavailable, load_hf_model, verify_prepared_model
+from harness.hf_model import LOAD_SETTINGS, ModelUnavailable, device_problem, load_hf_model, verify_prepared_model
 from harness.sandbox import DEFAULT_LIMITS, SandboxUnavailable
 from harness.tasks import FIXTURES, TaskFormatError, load_all_tasks, seed_fixture_tasks
 
 # The CLI's own defaults: the same values as config.py's (tests/test_harness.py checks that they agree).
 DEFAULTS = {"model": "smollm2-135m-instruct-q4_1", "batch_size": 4, "timeout_s": 120.0, "max_new_tokens": 128,
             "max_input_tokens": 512, "dtype": "float32", "attn_implementation": "eager",
-            "threads": int(os.environ.get("EVAL_TORCH_THREADS", "2"))}
+            "threads": int(os.environ.get("EVAL_TORCH_THREADS", "2")), "device": "cpu"}
 
 
 def load_tasks(args):
@@ -45,8 +46,11 @@ def adapter_of(args):
     if not args.cache:
         raise ModelUnavailable("--adapter smollm2 needs --cache (a directory prepared by prepare.py)")
     model_dir = verify_prepared_model(args.cache, args.model)
-    return make_adapter("smollm2", lambda: load_hf_model(model_dir, args.dtype, args.attn_implementation,
-                                                         args.threads),
+    problem = device_problem(args.device)
+    if problem:
+        raise ModelUnavailable(f"--device {args.device}: {problem}")
+    settings = {key: getattr(args, key) for key in LOAD_SETTINGS}
+    return make_adapter("smollm2", lambda: load_hf_model(model_dir, settings),
                         args.model, args.max_new_tokens, args.max_input_tokens)
 
 
@@ -113,6 +117,7 @@ def add_run_parser(sub):
     m.add_argument("--attn-implementation", default=DEFAULTS["attn_implementation"])
     m.add_argument("--threads", type=int, default=DEFAULTS["threads"],
                    help="torch threads (default: EVAL_TORCH_THREADS, else 2)")
+    m.add_argument("--device", default=DEFAULTS["device"], help="cpu, cuda or cuda:N")
     return r
 
 

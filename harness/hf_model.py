@@ -1,14 +1,27 @@
-"""The model for `python -m harness run --adapter smollm2`: a directory prepared by prepare.py, checked and loaded
-here without importing the repository's modules (run.py --experiment harness loads it through adapter.py instead).
+"""The one model loader of the repository, and the check of a prepared cache for `python -m harness run --adapter
+smollm2`.
+
+Loading: `load_model` and `load_tokenizer` are how every model directory is loaded for the runner's own code and
+for the harness CLI alike: adapter.load_model / adapter.load_tokenizer (experiments/, bench.py, run.py
+--experiment harness) call them, and so does `python -m harness` (`load_hf_model`). The settings that can change
+an output are the four of LOAD_SETTINGS: dtype, attention implementation, torch threads (process-wide) and device;
+then safetensors only (a pickled .bin checkpoint is never loaded: loading a pickle runs code) and eval mode. One
+loader, so that a model the harness CLI loads is the model an experiment loads, setting for setting.
+adapter.load_tokenizer adds one SmolLM2-specific refusal (a tokenizer that prepends <|im_start|>), for local
+directories; the CLI loads only a prepared cache's files, re-hashed against the manifest first.
+
+This module is a leaf: it imports nothing from the repository, not even from the rest of harness/ (tests check
+both), so adapter.py, a bottom-layer module, can import it without an import running upwards and the harness stays
+usable alone.
 
 The cache layout read here is prepare.py's contract: `<cache>/manifest.json` lists, per resource id, every file
 (path relative to the cache, size, sha256), and a model lives in `<cache>/models/<id>/`, a Hugging Face directory.
-Loading uses the same settings as adapter.load_model (dtype, attention implementation, torch threads, eval
-mode), given as CLI flags whose defaults are config.py's values (tests/test_harness.py checks they agree).
 """
 import hashlib
 import json
 from pathlib import Path
+
+LOAD_SETTINGS = ("dtype", "attn_implementation", "threads", "device")
 
 
 class ModelUnavailable(ValueError):
@@ -42,14 +55,50 @@ def verify_prepared_model(cache, model_id):
     return Path(cache) / "models" / model_id
 
 
-def load_hf_model(model_dir, dtype, attn_implementation, threads):
-    """(model, tokenizer) from a Hugging Face directory, in eval mode."""
+def device_problem(device):
+    """None when torch can run on `device` (cpu, or cuda / cuda:N with that GPU present), else why not."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if device == "cpu":
+        return None
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        if not torch.cuda.is_available():
+            return "no CUDA device is available here (torch.cuda.is_available() is False); use --device cpu"
+        index = int(device[5:]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            return f"cuda:{index} does not exist ({torch.cuda.device_count()} CUDA device(s))"
+        return None
+    return "expected cpu, cuda or cuda:N"
+
+
+def from_pretrained_kwargs(dtype, attn_implementation):
+    """The from_pretrained arguments that can change a score. use_safetensors=True: a pickled checkpoint (.bin) is
+    never loaded, also where one lies beside the safetensors."""
+    import torch
+
+    return {"dtype": getattr(torch, dtype), "attn_implementation": attn_implementation, "use_safetensors": True}
+
+
+def load_model(model_dir, *, dtype, attn_implementation, threads, device):
+    """The causal LM of a Hugging Face directory on `device` in `dtype`, eval mode, with `threads` torch threads
+    (torch.set_num_threads: process-wide, set before the weights load)."""
+    import torch
+    from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(threads)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype),
-                                                 attn_implementation=attn_implementation)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **from_pretrained_kwargs(dtype, attn_implementation))
+    model.to(device)
     model.eval()
-    return model, tokenizer
+    return model
+
+
+def load_tokenizer(model_dir):
+    """The tokenizer of a Hugging Face directory, with its own special-token configuration."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+def load_hf_model(model_dir, settings):
+    """(model, tokenizer) for the harness CLI; `settings` maps each of LOAD_SETTINGS to its value."""
+    return load_model(model_dir, **{key: settings[key] for key in LOAD_SETTINGS}), load_tokenizer(model_dir)

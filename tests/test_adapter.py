@@ -9,9 +9,12 @@ What is checked and why:
    merges (llama.cpp `smollm` pre-tokenizer: single digits, then the GPT-2 regex), and decode round-trips;
 4. the materialised fp32 weights and next-token log-probabilities are bit-identical to loading the GGUF directly
    with transformers (an independent dequantise + rotary un-permute implementation), and the config is right;
-5. the q/k rotary un-permutation is load-bearing: without it q_proj/k_proj differ and the outputs change.
+5. the q/k rotary un-permutation is load-bearing: without it q_proj/k_proj differ and the outputs change;
+6. (fast, no model) the GGUF metadata the tokenizer rebuild relies on is checked explicitly, one line naming the
+   field, the expected and the found value, also under `python -O`, which drops asserts.
 """
 import random
+import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -28,7 +31,7 @@ import adapter  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.slow  # every test reads the real prepared model, its tokenizer or the GGUF
+# Every test marked slow reads the real prepared model, its tokenizer or the GGUF; the others need none of them.
 
 NEG, POS, A_ID, B_ID = 3524, 2731, 330, 389
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -253,12 +256,14 @@ CORPUS = HAND_WRITTEN + random_strings()
 
 # ---- 1. tokenizer facts ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text,ids", [(" negative", [NEG]), (" positive", [POS]), (" A", [A_ID]), (" B", [B_ID])])
 def test_candidate_tokens(tok, text, ids):
     assert tok(text)["input_ids"] == ids
     assert tok.encode(text) == ids
 
 
+@pytest.mark.slow
 def test_no_bos_prepended(tok, model_dir):
     assert len(CORPUS) >= 400
     for s in CORPUS:
@@ -275,6 +280,7 @@ def test_no_bos_prepended(tok, model_dir):
     assert adapter.load_tokenizer(model_dir).encode(" negative") == [NEG]
 
 
+@pytest.mark.slow
 def test_special_token_ids(tok):
     assert tok.eos_token_id == tok.pad_token_id == 2
     assert tok.eos_token == tok.pad_token == "<|im_end|>"
@@ -286,6 +292,7 @@ def test_special_token_ids(tok):
         assert tok.encode(t) == [i]  # matched as one special token, never split into pieces
 
 
+@pytest.mark.slow
 def test_chat_template(tok, gguf_meta):
     _, meta = gguf_meta
     assert tok.chat_template == meta["tokenizer.chat_template"]
@@ -304,6 +311,7 @@ def test_chat_template(tok, gguf_meta):
     assert ids == tok(rendered)["input_ids"]
 
 
+@pytest.mark.slow
 def test_config_and_generation_config_special_ids(model_dir, gguf_meta):
     import json
 
@@ -319,6 +327,7 @@ def test_config_and_generation_config_special_ids(model_dir, gguf_meta):
 
 # ---- 2. the defect of transformers' GGUF tokenizer is real, and ours avoids it ----------------------------------
 
+@pytest.mark.slow
 def test_transformers_gguf_tokenizer_defect_is_real_and_avoided(tok, gguf_tok):
     assert gguf_tok(" negative")["input_ids"] == [1, NEG]   # transformers' conversion prepends <|im_start|>
     assert gguf_tok.eos_token_id == 1                       # ... and reports <|im_start|> as eos
@@ -331,6 +340,7 @@ def test_transformers_gguf_tokenizer_defect_is_real_and_avoided(tok, gguf_tok):
 
 # ---- 3. agreement with an independent byte-level BPE over the GGUF vocabulary and merges -----------------------
 
+@pytest.mark.slow
 def test_reference_bpe_self_checks(reference_bpe, gguf_meta):
     _, meta = gguf_meta
     table = gpt2_bytes_to_unicode()
@@ -345,6 +355,7 @@ def test_reference_bpe_self_checks(reference_bpe, gguf_meta):
     assert reference_bpe.encode(" positive") == [POS]
 
 
+@pytest.mark.slow
 def test_token_ids_match_reference_bpe(tok, reference_bpe):
     mismatches = []
     for s in CORPUS:
@@ -354,6 +365,7 @@ def test_token_ids_match_reference_bpe(tok, reference_bpe):
     assert not mismatches, f"{len(mismatches)}/{len(CORPUS)} strings differ, first: {mismatches[:3]}"
 
 
+@pytest.mark.slow
 def test_decode_roundtrip(tok, reference_bpe):
     checked = 0
     for s in CORPUS:
@@ -366,6 +378,7 @@ def test_decode_roundtrip(tok, reference_bpe):
     assert checked >= 400
 
 
+@pytest.mark.slow
 def test_unrepresentable_control_chars_are_dropped(tok):
     """Documents a property of the SmolLM2 vocabulary, not a choice of ours: six ASCII control bytes have no token
     and are silently dropped (no unk id), exactly like llama.cpp does."""
@@ -377,6 +390,7 @@ def test_unrepresentable_control_chars_are_dropped(tok):
 
 # ---- 4. the materialised model equals transformers' direct GGUF load ------------------------------------------
 
+@pytest.mark.slow
 def test_config_facts(model, model_dir):
     c = model.config
     assert c.model_type == "llama"
@@ -393,6 +407,7 @@ def test_config_facts(model, model_dir):
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= names
 
 
+@pytest.mark.slow
 def test_state_dict_identical_to_transformers_gguf_load(model, gguf_model):
     ours, theirs = model.state_dict(), gguf_model.state_dict()
     assert sorted(ours) == sorted(theirs)
@@ -411,6 +426,7 @@ PROMPTS = [
 ]
 
 
+@pytest.mark.slow
 def test_logprobs_identical_to_transformers_gguf_load(tok, model, gguf_model):
     for p in PROMPTS:
         ids = torch.tensor([tok(p)["input_ids"]])
@@ -422,6 +438,7 @@ def test_logprobs_identical_to_transformers_gguf_load(tok, model, gguf_model):
         assert (a - b).abs().max().item() == 0.0, p
 
 
+@pytest.mark.slow
 def test_model_is_sane(tok, model):
     """Guard against both loaders being wrong in the same way: the model must actually know things."""
     ids = torch.tensor([tok("The capital of France is")["input_ids"]])
@@ -453,6 +470,7 @@ def raw_qk(gguf_meta):
     return out
 
 
+@pytest.mark.slow
 def test_rope_unpermute_changes_q_and_k(raw_qk, model, gguf_meta):
     _, meta = gguf_meta
     n_head, n_kv = meta["llama.attention.head_count"], meta["llama.attention.head_count_kv"]
@@ -472,6 +490,7 @@ def test_rope_unpermute_changes_q_and_k(raw_qk, model, gguf_meta):
         assert np.array_equal(np.sort(raw, axis=None), np.sort(hf, axis=None)), name
 
 
+@pytest.mark.slow
 def test_rope_unpermute_matters_for_outputs(tok, model, raw_qk):
     """Swapping the un-permuted q/k back in for one layer visibly moves the next-token log-probabilities."""
     ids = torch.tensor([tok(PROMPTS[0])["input_ids"]])
@@ -489,3 +508,65 @@ def test_rope_unpermute_matters_for_outputs(tok, model, raw_qk):
     assert (good - bad).abs().max().item() > 1e-3
     with torch.no_grad():
         assert torch.equal(torch.log_softmax(model(ids).logits, dim=-1), good)  # restored
+
+
+# ---- the GGUF metadata checks (no model, no GGUF file) ---------------------------------------------------------
+
+GOOD_META = {**adapter.TOKENIZER_META,
+             "tokenizer.ggml.tokens": [adapter.UNK_TOKEN, adapter.BOS_TOKEN, adapter.EOS_TOKEN]}
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("tokenizer.ggml.model", "llama", "GGUF metadata tokenizer.ggml.model: expected 'gpt2', found 'llama'"),
+    ("tokenizer.ggml.pre", "llama-bpe", "GGUF metadata tokenizer.ggml.pre: expected 'smollm', found 'llama-bpe'"),
+    ("tokenizer.ggml.add_bos_token", True,
+     "GGUF metadata tokenizer.ggml.add_bos_token: expected False, found True"),
+    ("tokenizer.ggml.eos_token_id", 0, "GGUF metadata tokenizer.ggml.eos_token_id: expected 2, found 0"),
+    ("tokenizer.ggml.padding_token_id", None,
+     "GGUF metadata tokenizer.ggml.padding_token_id: expected 2, found '(missing)'"),
+    ("tokenizer.ggml.tokens", ["<unk>", "<s>", "</s>"],
+     "GGUF metadata tokenizer.ggml.tokens[0]: expected '<|endoftext|>', found '<unk>'"),
+])
+def test_gguf_metadata_is_checked_field_by_field(field, value, message):
+    meta = {k: v for k, v in GOOD_META.items() if k != field or value is not None}
+    if value is not None:
+        meta[field] = value
+    with pytest.raises(adapter.AdapterError) as caught:
+        adapter.build_tokenizer(meta)
+    assert str(caught.value) == message
+    adapter.check_tokenizer_meta(GOOD_META)  # the good metadata passes
+
+
+def test_gguf_metadata_check_survives_python_O():
+    """The checks are not asserts: under `python -O` (which removes asserts) a wrong pre-tokenizer is still refused
+    with the same one line."""
+    code = ("import sys, adapter\n"
+            "assert False, 'asserts are on'\n"  # proves -O is in force: this line is dropped
+            "meta = {**adapter.TOKENIZER_META, 'tokenizer.ggml.pre': 'llama-bpe'}\n"
+            "try:\n"
+            "    adapter.build_tokenizer(meta)\n"
+            "except adapter.AdapterError as e:\n"
+            "    print(sys.flags.optimize, e)\n")
+    proc = subprocess.run([sys.executable, "-O", "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "1 GGUF metadata tokenizer.ggml.pre: expected 'smollm', found 'llama-bpe'"
+
+
+def test_materialising_a_gguf_of_another_tokenizer_is_refused_before_anything_is_written(tmp_path):
+    """A real (tiny, tensorless) GGUF file whose pre-tokenizer is not `smollm`: materialise_from_gguf, what
+    prepare.py calls, stops on the metadata line (prepare.py reports it as one line naming the file) before it
+    dequantises or writes anything."""
+    from gguf import GGUFWriter
+
+    path = tmp_path / "other.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_string("tokenizer.ggml.model", "gpt2")
+    writer.add_string("tokenizer.ggml.pre", "llama-bpe")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(adapter.AdapterError) as caught:
+        adapter.materialise_from_gguf(path, tmp_path / "out")
+    assert str(caught.value) == "GGUF metadata tokenizer.ggml.pre: expected 'smollm', found 'llama-bpe'"
+    assert list((tmp_path / "out").iterdir()) == []

@@ -22,8 +22,8 @@ AUDIT = conftest.REPO / "audit.py"
 PACKAGE = conftest.REPO / "evidence_audit"
 AUDIT_SOURCES = [AUDIT] + sorted(PACKAGE.rglob("*.py"))
 # the runner, the harness, the report, the benchmark and every module they stand on, and lm_eval
-FORBIDDEN = {"run", "experiments", "harness", "report", "bench", "prepare", "resources", "config", "adapter",
-             "lm_eval"}
+FORBIDDEN = {"run", "experiments", "harness", "report", "evidence_report", "bench", "prepare", "resources", "config",
+             "adapter", "lm_eval"}
 REQUIRED_KINDS = ["flip_label", "nudge_score", "drop_record", "duplicate_record", "swap_idx", "change_prediction",
                   "change_token_count", "edit_summary_accuracy", "alter_prompt_hash", "alter_private_sentence",
                   "delete_stages", "move_record_lines", "swap_score_lists"]
@@ -133,8 +133,8 @@ def test_default_level_imports_only_the_standard_library(path):
 
 BLOCKER = r"""
 import importlib.abc, runpy, sys
-BLOCK = {"run", "experiments", "harness", "report", "bench", "prepare", "resources", "config", "adapter",
-         "lm_eval"}
+BLOCK = {"run", "experiments", "harness", "report", "evidence_report", "bench", "prepare", "resources", "config",
+         "adapter", "lm_eval"}
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCK:

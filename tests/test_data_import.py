@@ -1,4 +1,4 @@
-"""Data imports (issues 18 and 16.3): the MC-TACO authors' file format recognised by content, the hub's parquet
+"""Data imports: the MC-TACO authors' file format recognised by content, the hub's parquet
 export with ClassLabel ints, and a user's own data under --name (CACHE/user.lock.json). Every bad file is one
 line, exit 2; the pinned resources.lock.json is never edited by a --name import."""
 import io
@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-import resources as R
+import resources
 from conftest import REPO, link_or_copy, run_cli
 
 FIXTURE = REPO / "fixtures" / "mctaco_dev.tsv"
@@ -41,15 +41,16 @@ def test_fixture_is_in_the_authors_exact_format_and_pinned():
     first = raw.split(b"\n")[0].split(b"\t")
     assert len(first) == 5 and first[3] in (b"yes", b"no")          # no header: line 1 is a row
     assert all(len(ln.split("\t")) == 5 and ln.split("\t")[3] in ("yes", "no") for ln in lines())
-    rows = R.read_mctaco_tsv(FIXTURE)
-    entry = R.load_lock()["data"]["fixture-mctaco"]
-    text = "".join(f"{i}\t{ln}\n" for i, ln in enumerate(lines()))   # the issue's rendering, by hand
-    assert R.sha256_bytes(text.encode()) == R.content_sha256(rows, R.MCTACO) == entry["content_sha256"]
-    assert entry["row_sha256_16"] == [R.row_hash16(r, R.MCTACO) for r in rows]
+    rows = resources.read_mctaco_tsv(FIXTURE)
+    entry = resources.load_lock()["data"]["fixture-mctaco"]
+    text = "".join(f"{i}\t{ln}\n" for i, ln in enumerate(lines()))   # the canonical rendering, by hand
+    assert resources.sha256_bytes(text.encode()) == resources.content_sha256(rows, resources.MCTACO) == \
+        entry["content_sha256"]
+    assert entry["row_sha256_16"] == [resources.row_hash16(r, resources.MCTACO) for r in rows]
 
 
-def test_real_splits_are_pinned_with_the_issue_facts():
-    data = R.load_lock()["data"]
+def test_real_splits_are_pinned_with_the_facts_of_the_authors_files():
+    data = resources.load_lock()["data"]
     assert (data["mc-taco"]["split"], data["mc-taco"]["rows"], data["mc-taco"]["n_questions"]) == \
         ("validation", 3783, 561)
     assert data["mc-taco"]["label_counts"] == {"no": 2554, "yes": 1229}
@@ -64,21 +65,21 @@ def test_authors_file_is_recognised_by_content(tmp_path):
     copy = shutil.copy(FIXTURE, tmp_path / "dev.tsv")
     p = prepare("--cache", tmp_path / "c", "--data-file", copy)
     assert p.returncode == 0 and "recognised dev.tsv by content as fixture-mctaco" in p.stdout, p.stdout + p.stderr
-    m = R.load_manifest(tmp_path / "c")["resources"]["fixture-mctaco"]
+    m = resources.load_manifest(tmp_path / "c")["resources"]["fixture-mctaco"]
     assert m["imported_from"]["format"] == "mctaco-authors-tsv" and m["split"] == "validation"
-    assert R.read_mctaco_parquet(tmp_path / "c" / "data" / "fixture-mctaco" / "validation.parquet") == \
-        R.read_mctaco_tsv(FIXTURE)
+    assert resources.read_mctaco_parquet(tmp_path / "c" / "data" / "fixture-mctaco" / "validation.parquet") == \
+        resources.read_mctaco_tsv(FIXTURE)
 
 
 def fake_real_lock(tmp_path, split_id):
     """The real lock with one real split's pins replaced by the fixture's facts: recognition is by content, so the
     fixture then stands for that split exactly as the authors' file would."""
-    lock = R.load_lock()
-    facts = R.content_facts(R.read_mctaco_tsv(FIXTURE), R.MCTACO)
+    lock = resources.load_lock()
+    facts = resources.content_facts(resources.read_mctaco_tsv(FIXTURE), resources.MCTACO)
     del lock["data"]["fixture-mctaco"]
     lock["data"][split_id].update(facts)
     path = tmp_path / "lock.json"
-    R.atomic_write_json(path, lock)
+    resources.atomic_write_json(path, lock)
     return path
 
 
@@ -88,6 +89,8 @@ def test_recognition_picks_the_pinned_split(tmp_path, split_id, split):
     p = prepare("--cache", tmp_path / "c", "--lock", lock, "--data-file", FIXTURE)
     assert p.returncode == 0 and f"as {split_id} ({split} split)" in p.stdout, p.stdout + p.stderr
     assert (tmp_path / "c" / "data" / split_id / f"{split}.parquet").is_file()
+    # pinned by a --lock other than the repository's: the manifest names it, so run.py checks against that lock
+    assert resources.load_manifest(tmp_path / "c")["resources"][split_id]["lock"] == str(lock.resolve())
 
 
 def test_a_file_matching_neither_pin_is_refused(tmp_path):
@@ -96,7 +99,7 @@ def test_a_file_matching_neither_pin_is_refused(tmp_path):
     assert "matches no pinned mctaco data" in line and "mc-taco (validation: 3783 rows" in line
     assert "mc-taco-test (test: 9442 rows" in line and "--name NAME" in line
     assert not (tmp_path / "c" / "manifest.json").exists() or \
-        R.load_manifest(tmp_path / "c")["resources"] == {}
+        resources.load_manifest(tmp_path / "c")["resources"] == {}
 
 
 def mutate(k, fn):
@@ -143,13 +146,14 @@ def hub_parquet(path, with_names):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = R.read_mctaco_tsv(FIXTURE)
+    rows = resources.read_mctaco_tsv(FIXTURE)
     table = pa.table({"sentence": [r["sentence"] for r in rows], "question": [r["question"] for r in rows],
                       "answer": [r["answer"] for r in rows], "label": pa.array([r["label"] for r in rows], pa.int64()),
-                      "category": pa.array([R.MCTACO_CATEGORIES.index(r["category"]) for r in rows], pa.int64())})
+                      "category": pa.array([resources.MCTACO_CATEGORIES.index(r["category"]) for r in rows],
+                                           pa.int64())})
     if with_names:
-        feats = {"label": {"_type": "ClassLabel", "names": list(R.MCTACO_LABELS)},
-                 "category": {"_type": "ClassLabel", "names": list(R.MCTACO_CATEGORIES)}}
+        feats = {"label": {"_type": "ClassLabel", "names": list(resources.MCTACO_LABELS)},
+                 "category": {"_type": "ClassLabel", "names": list(resources.MCTACO_CATEGORIES)}}
         table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": feats}})})
     buf = io.BytesIO()
     pq.write_table(table, buf)
@@ -164,7 +168,7 @@ def test_hub_parquet_classlabel_ints_are_mapped_and_said(tmp_path, with_names):
     assert p.returncode == 0 and "as fixture-mctaco" in p.stdout, p.stdout + p.stderr
     said = "the file's own ClassLabel names" if with_names else "known names (the file carries none)"
     assert f"category: int64 codes mapped with" in p.stdout and said in p.stdout
-    mapping = R.load_manifest(tmp_path / "c")["resources"]["fixture-mctaco"]["imported_from"]["mapping"]
+    mapping = resources.load_manifest(tmp_path / "c")["resources"]["fixture-mctaco"]["imported_from"]["mapping"]
     assert said in mapping["category"] and said in mapping["label"]
 
 
@@ -177,24 +181,24 @@ def test_name_import_tsv_and_parquet_pin_into_the_user_lock_only(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    lock_before = R.sha256_file(R.LOCK_PATH)
+    lock_before = resources.sha256_file(resources.LOCK_PATH)
     cache = tmp_path / "c"
     p = prepare("--cache", cache, "--data-file", write(tmp_path / "mine.tsv", SST2_GOOD), "--name", "mine")
     assert p.returncode == 0, p.stdout + p.stderr
-    rows = R.read_glue_tsv(tmp_path / "mine.tsv")
-    user = R.load_user_lock(cache)["data"]["mine"]
-    assert user["content_sha256"] == R.content_sha256(rows) and user["rows"] == 3
-    assert user["row_sha256_16"] == [R.row_hash16(r) for r in rows] and user["label_counts"] == {"0": 1, "1": 2}
-    parquet, entry = R.verified_data(cache, "mine")
-    assert R.read_parquet_rows(parquet) == rows and entry["content_sha256"] == user["content_sha256"]
+    rows = resources.read_glue_tsv(tmp_path / "mine.tsv")
+    user = resources.load_user_lock(cache)["data"]["mine"]
+    assert user["content_sha256"] == resources.content_sha256(rows) and user["rows"] == 3
+    assert user["row_sha256_16"] == [resources.row_hash16(r) for r in rows] and user["label_counts"] == {"0": 1, "1": 2}
+    parquet, entry = resources.verified_data(cache, "mine")
+    assert resources.read_parquet_rows(parquet) == rows and entry["content_sha256"] == user["content_sha256"]
     pq.write_table(pa.table({"sentence": [r["sentence"] for r in rows], "label": [r["label"] for r in rows]}),
                    tmp_path / "mine.parquet")
     p = prepare("--cache", cache, "--data-file", tmp_path / "mine.parquet", "--name", "mine-pq")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert R.load_user_lock(cache)["data"]["mine-pq"]["content_sha256"] == user["content_sha256"]
+    assert resources.load_user_lock(cache)["data"]["mine-pq"]["content_sha256"] == user["content_sha256"]
     p = prepare("--cache", cache, "--data-file", tmp_path / "mine.parquet", "--name", "mine")   # same content: ok
     assert p.returncode == 0, p.stdout + p.stderr
-    assert R.sha256_file(R.LOCK_PATH) == lock_before
+    assert resources.sha256_file(resources.LOCK_PATH) == lock_before
     v = prepare("--cache", cache, "--verify")
     assert v.returncode == 0 and "verified: mine (1 files)" in v.stdout, v.stdout + v.stderr
 
@@ -225,7 +229,7 @@ def test_bad_user_files_are_refused_on_one_line_and_leave_nothing(tmp_path, case
     cache = tmp_path / "c"
     p = prepare("--cache", cache, "--data-file", make(tmp_path), "--name", "mine")
     assert expected in one_line_refusal(p)
-    assert not R.user_lock_path(cache).exists() and not (cache / "data" / "mine").exists()
+    assert not resources.user_lock_path(cache).exists() and not (cache / "data" / "mine").exists()
 
 
 def test_bad_encoding_in_a_user_file_names_the_line(tmp_path):
@@ -253,19 +257,19 @@ def test_mctaco_name_import_as_test_split(tmp_path):
     cache = tmp_path / "c"
     p = prepare("--cache", cache, "--data-file", FIXTURE, "--name", "my-mct", "--as-split", "test")
     assert p.returncode == 0, p.stdout + p.stderr
-    parquet, entry = R.verified_data(cache, "my-mct")
+    parquet, entry = resources.verified_data(cache, "my-mct")
     assert parquet == cache / "data" / "my-mct" / "test.parquet" and entry["schema"] == "mctaco"
-    assert R.read_mctaco_parquet(parquet) == R.read_mctaco_tsv(FIXTURE)
+    assert resources.read_mctaco_parquet(parquet) == resources.read_mctaco_tsv(FIXTURE)
 
 
 def test_verified_data_refuses_content_the_user_lock_does_not_pin(tmp_path):
     cache = tmp_path / "c"
     assert prepare("--cache", cache, "--data-file", write(tmp_path / "m.tsv", SST2_GOOD), "--name", "m").returncode == 0
-    user = R.load_user_lock(cache)
+    user = resources.load_user_lock(cache)
     user["data"]["m"]["content_sha256"] = "0" * 64
-    R.atomic_write_json(R.user_lock_path(cache), user)
-    with pytest.raises(R.ResourceError, match="the user lock pins 0000"):
-        R.verified_data(cache, "m")
+    resources.atomic_write_json(resources.user_lock_path(cache), user)
+    with pytest.raises(resources.ResourceError, match="the user lock pins 0000"):
+        resources.verified_data(cache, "m")
 
 
 # ---- the synthetic generator for timing --------------------------------------------------------------------------
@@ -278,13 +282,13 @@ def test_synthetic_split_has_the_real_shape_and_is_deterministic(tmp_path, split
     synth_mctaco.main(["--split", split, "--out", str(a)])
     synth_mctaco.main(["--split", split, "--out", str(b)])
     assert a.read_bytes() == b.read_bytes()
-    rows = R.read_mctaco_tsv(a)
-    pinned = R.load_lock()["data"]["mc-taco" if split == "validation" else "mc-taco-test"]
-    facts = R.content_facts(rows, R.MCTACO)
+    rows = resources.read_mctaco_tsv(a)
+    pinned = resources.load_lock()["data"]["mc-taco" if split == "validation" else "mc-taco-test"]
+    facts = resources.content_facts(rows, resources.MCTACO)
     assert (facts["rows"], facts["n_questions"], facts["label_counts"]) == \
         (pinned["rows"], pinned["n_questions"], pinned["label_counts"])
     assert facts["content_sha256"] != pinned["content_sha256"]
-    assert {r["category"] for r in rows} == set(R.MCTACO_CATEGORIES)
+    assert {r["category"] for r in rows} == set(resources.MCTACO_CATEGORIES)
 
 
 # ---- run.py: --data routed by schema -----------------------------------------------------------------------------
@@ -308,20 +312,20 @@ def test_run_refuses_data_of_the_other_schema_on_one_line(tmp_path):
 def cache_with_model(prepared_cache, dest):
     """A new cache holding the prepared model (files via conftest.link_or_copy) and no data: user imports then go
     into `dest`, never into the shared prepared cache."""
-    manifest = R.load_manifest(prepared_cache)
+    manifest = resources.load_manifest(prepared_cache)
     model = {rid: e for rid, e in manifest["resources"].items() if e["kind"] == "model"}
     for entry in model.values():
         for rel in entry["files"]:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             link_or_copy(prepared_cache / rel, dest / rel)
-    R.save_manifest(dest, {"resources": model})
+    resources.save_manifest(dest, {"resources": model})
     return dest
 
 
 @pytest.mark.slow
 def test_protocol_smoke_on_a_name_import_passes_and_audits(prepared_cache, tmp_path):
     cache = cache_with_model(prepared_cache, tmp_path / "c")
-    src = R.read_glue_tsv(REPO / "fixtures" / "sentiment_dev.tsv")[:40]
+    src = resources.read_glue_tsv(REPO / "fixtures" / "sentiment_dev.tsv")[:40]
     f = write(tmp_path / "mine.tsv", ["sentence\tlabel"] + [f"{r['sentence']}\t{r['label']}" for r in src])
     assert prepare("--cache", cache, "--data-file", f, "--name", "mine").returncode == 0
     out = tmp_path / "o"
@@ -330,7 +334,7 @@ def test_protocol_smoke_on_a_name_import_passes_and_audits(prepared_cache, tmp_p
     cfg = json.loads((out / "protocol" / "config.json").read_text())
     assert cfg["config"]["data"] == "mine"
     ident = json.loads((out / "protocol" / "identity.json").read_text())
-    assert ident["data_content_sha256"] == R.load_user_lock(cache)["data"]["mine"]["content_sha256"]
+    assert ident["data_content_sha256"] == resources.load_user_lock(cache)["data"]["mine"]["content_sha256"]
     a = run_cli("audit.py", out, "--cache", cache, "--tokens")
     assert a.returncode == 0 and "RESULT: PASS" in a.stdout, a.stdout + a.stderr
 
@@ -356,13 +360,13 @@ def test_pin_records_row_hashes_of_a_recognised_copy_then_names_the_row(tmp_path
     lock = fake_real_lock(tmp_path, "mc-taco")
     data = json.loads(lock.read_text())
     data["data"]["mc-taco"]["row_sha256_16"] = None                 # as in the real lock before a verified import
-    R.atomic_write_json(lock, data)
+    resources.atomic_write_json(lock, data)
     bad = write(tmp_path / "bad.tsv", mutate(40, lambda s: s.replace(" ", "  ", 1)))
     line = one_line_refusal(prepare("--cache", tmp_path / "c", "--lock", lock, "--data-file", bad))
     assert "the differing idx cannot be named" in line
     p = prepare("--cache", tmp_path / "c", "--lock", lock, "--data-file", FIXTURE, "--pin")
     assert p.returncode == 0 and "per-row hash prefixes" in p.stdout, p.stdout + p.stderr
     assert json.loads(lock.read_text())["data"]["mc-taco"]["row_sha256_16"] == \
-        [R.row_hash16(r, R.MCTACO) for r in R.read_mctaco_tsv(FIXTURE)]
+        [resources.row_hash16(r, resources.MCTACO) for r in resources.read_mctaco_tsv(FIXTURE)]
     line = one_line_refusal(prepare("--cache", tmp_path / "c", "--lock", lock, "--data-file", bad))
     assert "first differing row: idx 40" in line

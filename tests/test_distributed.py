@@ -80,22 +80,23 @@ def test_shard_files_are_checked_before_anything_else(tmp_path):
 
 
 class Ctx:
-    name = "protocol"
+    """What shard_map reads of an experiment's Context: its name and the run's plan."""
+
+    def __init__(self, name, plan):
+        self.name, self.plan = name, plan
 
 
 @pytest.fixture
 def replay_plan():
-    saved = parallel.PLAN
-    parallel.PLAN = parallel.Plan(mode="replay", world=2)
-    yield parallel.PLAN
-    parallel.PLAN = saved
+    return parallel.Plan(mode="replay", world=2)
 
 
 def replay(plan, parts):
     plan.replay = {"protocol": {"official": [(f"s{k}", k, {"items": items, "meta": {"k": k}})
                                              for k, items in enumerate(parts)]}}
     items = [{"idx": i} for i in range(4)]
-    return parallel.shard_map(Ctx(), "official", items, lambda part: pytest.fail("replay never scores"))
+    return parallel.shard_map(Ctx("protocol", plan), "official", items,
+                              lambda part: pytest.fail("replay never scores"))
 
 
 def test_replay_reassembles_in_item_order_and_refuses_missing_overlapping_and_foreign_items(replay_plan):
@@ -110,20 +111,15 @@ def test_replay_reassembles_in_item_order_and_refuses_missing_overlapping_and_fo
 
 
 def test_a_failed_part_names_rank_and_items_and_keeps_its_kind():
-    saved = parallel.PLAN
-    parallel.PLAN = parallel.Plan(mode="distributed", world=2)
-    try:
-        from experiments.scoring import ScoringError
+    from experiments.evidence import ScoringError
 
-        def boom(part):
-            raise ScoringError("idx 5: 2100 tokens, over the limit 2048")
+    def boom(part):
+        raise ScoringError("idx 5: 2100 tokens, over the limit 2048")
 
-        failed = [(1, parallel.run_part(boom, [{"idx": 5}, {"idx": 9}], parallel.default_key))]
-        with pytest.raises(ScoringError, match=r"\[protocol\] rank 1 of 2 failed in independent \(its items: 5, 9\): "
-                                               r"ScoringError: idx 5: 2100 tokens"):
-            parallel.raise_failure("protocol", "independent", failed)
-    finally:
-        parallel.PLAN = saved
+    failed = [(1, parallel.run_part(boom, [{"idx": 5}, {"idx": 9}], parallel.default_key))]
+    with pytest.raises(ScoringError, match=r"\[protocol\] rank 1 of 2 failed in independent \(its items: 5, 9\): "
+                                           r"ScoringError: idx 5: 2100 tokens"):
+        parallel.raise_failure(parallel.Plan(mode="distributed", world=2), "protocol", "independent", failed)
 
 
 def _writer(path, worker, n):
@@ -156,13 +152,10 @@ def test_a_merge_keeps_the_shards_earliest_audit_sample_and_refuses_one_that_dif
     early = dict(mine, created_at_utc="2026-12-01T09:00:01+00:00")
     late = dict(mine, created_at_utc="2026-12-01T09:00:02+00:00")
 
-    class Ext:
-        name = "extraction"
-
     def agreed(samples):
         replay_plan.replay = {"extraction": {"preregistration": [(f"s{k}", k, {"items": [], "meta": m})
                                                                 for k, m in enumerate(samples)]}}
-        return parallel.agreed(Ext(), "preregistration", mine, earliest_preregistration)
+        return parallel.agreed(Ctx("extraction", replay_plan), "preregistration", mine, earliest_preregistration)
 
     assert agreed([late, early]) == early
     with pytest.raises(ResourceError, match="s1: its pre-registered extraction audit sample is not the one"):

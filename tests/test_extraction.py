@@ -15,7 +15,7 @@ from conftest import SMALL_DATA, SMALL_N, run_cli, run_once
 from evidence_audit.checks import first_failure
 from evidence_audit.driver import audit
 from evidence_audit.rules import extraction as audit_ext
-from experiments import extraction_scorers as S
+from experiments import extraction_scorers
 from experiments import scoring, selection
 from experiments.extraction_sample import choose_audit_sample, class_weights
 from experiments.scoring import sha256_text
@@ -36,8 +36,8 @@ LABELS = CONFIG["extraction_labels"]
     ('', "positive", 0),
 ])
 def test_exact(text, label, want):
-    assert S.canonical_answer("positive") == '{"sentiment": "positive"}'
-    assert S.exact_correct(text, label) == want
+    assert extraction_scorers.canonical_answer("positive") == '{"sentiment": "positive"}'
+    assert extraction_scorers.exact_correct(text, label) == want
 
 
 # ---- strict JSON ---------------------------------------------------------------------------------------------------
@@ -66,8 +66,8 @@ def test_exact(text, label, want):
     (' \n\t', "positive", "empty"),
 ])
 def test_strict(text, label, reason):
-    assert S.strict_reason(text, label) == reason
-    sc = S.strict_scores(text, label)
+    assert extraction_scorers.strict_reason(text, label) == reason
+    sc = extraction_scorers.strict_scores(text, label)
     assert sc == {"reason": reason, "format_ok": int(reason in (None, "wrong_label")), "correct": int(reason is None)}
     # audit.py's own re-implementation says the same
     assert audit_ext.ext_strict_reason(text, label, LABELS) == reason
@@ -88,30 +88,30 @@ def test_strict(text, label, reason):
     ("I cannot tell.", "negative", "[invalid]", 0, 0),
 ])
 def test_regex(text, label, extracted, n, correct):
-    assert S.regex_extract(text) == extracted
-    assert len(S.regex_matches(text)) == n
-    assert int(S.regex_prediction(extracted) == label) == correct
+    assert extraction_scorers.regex_extract(text) == extracted
+    assert len(extraction_scorers.regex_matches(text)) == n
+    assert int(extraction_scorers.regex_prediction(extracted) == label) == correct
     assert len(re.findall(CONFIG["extraction_regex"], text)) == n
 
 
 def test_categories():
-    c = S.categories('The sentiment is "positive" or "negative".', "eos", "not_json")
+    c = extraction_scorers.categories('The sentiment is "positive" or "negative".', "eos", "not_json")
     assert c == {"no_match": 0, "several_matches": 1, "conflicting_matches": 1, "format_failure": 1, "length_stop": 0}
-    c = S.categories('{"sentiment": "positive"}', "eos", None)
+    c = extraction_scorers.categories('{"sentiment": "positive"}', "eos", None)
     assert c == {"no_match": 0, "several_matches": 0, "conflicting_matches": 0, "format_failure": 0, "length_stop": 0}
-    c = S.categories("Hmm", "length", "not_json")
+    c = extraction_scorers.categories("Hmm", "length", "not_json")
     assert c["no_match"] == 1 and c["length_stop"] == 1
-    assert S.categories('{"sentiment": "negative"}', "eos", "wrong_label")["format_failure"] == 0
+    assert extraction_scorers.categories('{"sentiment": "negative"}', "eos", "wrong_label")["format_failure"] == 0
 
 
 def test_case_equivalents_and_word_chars_are_pythons():
     """The independent scan's two definitions equal Python re's, checked over every code point."""
     chars = [chr(c) for c in range(sys.maxunicode + 1)]
-    for letter in set("".join(S.REGEX_WORDS)):
+    for letter in set("".join(extraction_scorers.REGEX_WORDS)):
         pat = re.compile("(?i)" + letter)
-        assert {c for c in chars if pat.fullmatch(c)} == S._CASE_EQUIVALENTS[letter], letter
+        assert {c for c in chars if pat.fullmatch(c)} == extraction_scorers._CASE_EQUIVALENTS[letter], letter
     word = re.compile(r"\w")
-    assert all(bool(word.fullmatch(c)) == S._is_word_char(c) for c in chars)
+    assert all(bool(word.fullmatch(c)) == extraction_scorers._is_word_char(c) for c in chars)
 
 
 def random_strings(n, seed=20261010):
@@ -132,12 +132,12 @@ def test_official_and_independent_regex_agree_on_generated_strings():
 
     texts = random_strings(400)
     official = lm_eval_extract(CONFIG, texts)
-    independent = [S.regex_extract(t) for t in texts]
+    independent = [extraction_scorers.regex_extract(t) for t in texts]
     assert official == independent
     # audit.py's third implementation (Python re) agrees too, on the extraction and the match count
     for t, o in zip(texts, official):
         a = audit_ext.ext_scores_from_text(t, "positive", "eos", LABELS, CONFIG["extraction_regex_fallback"])
-        assert a["regex"]["official"] == o and a["regex"]["n_matches"] == len(S.regex_matches(t))
+        assert a["regex"]["official"] == o and a["regex"]["n_matches"] == len(extraction_scorers.regex_matches(t))
     assert sum(o != "[invalid]" for o in official) > 100 and official.count("[invalid]") > 50
 
 

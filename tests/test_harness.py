@@ -439,8 +439,21 @@ def test_cli_defaults_agree_with_config():
     assert DEFAULTS == {"model": flat["model"], "batch_size": flat["harness_batch_size"],
                         "timeout_s": flat["harness_timeout_s"], "max_new_tokens": flat["harness_max_new_tokens"],
                         "max_input_tokens": flat["max_input_tokens"], "dtype": flat["dtype"],
-                        "attn_implementation": flat["attn_implementation"], "threads": flat["threads"]}
+                        "attn_implementation": flat["attn_implementation"], "threads": flat["threads"],
+                        "device": flat["device"]}
     assert DEFAULT_LIMITS == flat["harness_sandbox"]
+
+
+def test_the_one_model_loader_is_a_leaf():
+    """adapter.py (the bottom layer) loads through harness/hf_model.py, the loader `python -m harness` uses: no
+    import runs upwards only while hf_model.py imports nothing of the repository, not even the rest of harness/,
+    and harness/__init__.py (which `import harness.hf_model` runs) imports nothing at all."""
+    leaf = REPO / "harness" / "hf_model.py"
+    assert imported_top_modules(leaf) & (REPOSITORY_MODULES | {"harness", "local_model"}) == set()
+    assert not [n for n in ast.walk(ast.parse(leaf.read_text())) if isinstance(n, ast.ImportFrom) and n.level]
+    init = ast.parse((REPO / "harness" / "__init__.py").read_text())
+    assert not [n for n in ast.walk(init) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert "harness" in imported_top_modules(REPO / "adapter.py")  # the scan sees adapter.py's import of it
 
 
 # ---- the CLI's model: a prepared cache, re-hashed ------------------------------------------------------------------
@@ -481,6 +494,90 @@ def test_cli_smollm2_refuses_a_changed_model_file(tmp_path):
                 "--out", tmp_path / "x.json")
     assert p.returncode == 2 and p.stderr.startswith(f"error: {weights}: missing or changed since prepare")
     assert len(p.stderr.splitlines()) == 1 and not (tmp_path / "x.json").exists()
+
+
+# ---- one loader: the CLI's model is the experiments' model ---------------------------------------------------------
+def loaded_facts(model):
+    """What a loaded model runs with (the threads setting is process-wide: read right after the load)."""
+    import torch
+
+    return {"dtype": str(model.dtype), "attn_implementation": model.config._attn_implementation,
+            "device": str(model.device), "threads": torch.get_num_threads(), "training": model.training}
+
+
+def cli_load(cache, model_id, out):
+    """The model and tokenizer `python -m harness run --adapter smollm2 --cache C --model ID` loads, with the CLI's
+    default settings, in process."""
+    import argparse
+
+    from harness import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_run_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["run", "--adapter", "smollm2", "--cache", str(cache), "--model", model_id,
+                              "--out", str(out)])
+    loaded = cli.adapter_of(args)
+    return loaded.model, loaded.tokenizer
+
+
+def test_cli_and_experiments_load_the_same_model(tiny_cache, tmp_path):
+    """The harness CLI's loader and adapter.load_model (every experiment's, run.py --experiment harness's) give
+    the tiny random model the same dtype, attention implementation, thread setting, device and eval mode, and the
+    same logits for one input, bit for bit."""
+    import torch
+
+    import adapter
+    import config
+    from experiments.harness import CONFIG_SECTIONS
+
+    flat = config.effective(CONFIG_SECTIONS)
+    before = torch.get_num_threads()
+    other = 1 if flat["threads"] != 1 else 2
+    try:
+        torch.set_num_threads(other)  # each loader must set the configured thread count itself
+        cli_model, cli_tok = cli_load(tiny_cache, "tiny-random-llama", tmp_path / "board.json")
+        cli_facts = loaded_facts(cli_model)
+        torch.set_num_threads(other)
+        model_dir = tiny_cache / "models" / "tiny-random-llama"
+        exp_model, exp_tok = adapter.load_model(model_dir, flat), adapter.load_tokenizer(model_dir)
+        exp_facts = loaded_facts(exp_model)
+        assert cli_facts == exp_facts == {"dtype": f"torch.{flat['dtype']}", "training": False,
+                                          "attn_implementation": flat["attn_implementation"],
+                                          "device": flat["device"], "threads": flat["threads"]}
+        ids = cli_tok("a short review, quite good", return_tensors="pt")["input_ids"]
+        assert torch.equal(ids, exp_tok("a short review, quite good", return_tensors="pt")["input_ids"])
+        with torch.no_grad():
+            assert torch.equal(cli_model(ids).logits, exp_model(ids).logits)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_loader_reads_safetensors_only(tiny_cache, tmp_path):
+    """A pickled checkpoint is never loaded: beside the safetensors it is ignored, alone it is refused (loading a
+    pickle runs code). Both paths call this loader."""
+    import torch
+    from safetensors.torch import load_file
+
+    from harness.hf_model import load_hf_model
+
+    settings = {"dtype": "float32", "attn_implementation": "eager", "threads": torch.get_num_threads(),
+                "device": "cpu"}
+    both = tmp_path / "both"
+    shutil.copytree(tiny_cache / "models" / "tiny-random-llama", both)
+    weights = load_file(both / "model.safetensors")
+    torch.save({name: torch.zeros_like(t) for name, t in weights.items()}, both / "pytorch_model.bin")
+    model, _ = load_hf_model(both, settings)
+    assert torch.equal(model.state_dict()["model.embed_tokens.weight"], weights["model.embed_tokens.weight"])
+    (both / "model.safetensors").unlink()
+    with pytest.raises(OSError, match="safetensors"):
+        load_hf_model(both, settings)
+
+
+def test_cli_refuses_a_device_it_cannot_use(tiny_cache, tmp_path):
+    p = run_cli("-m", "harness", "run", "--adapter", "smollm2", "--cache", tiny_cache, "--model",
+                "tiny-random-llama", "--device", "tpu", "--out", tmp_path / "x.json")
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        "error: --device tpu: expected cpu, cuda or cuda:N"]
 
 
 # ---- the experiment's tasks directory (experiments/harness.py) -----------------------------------------------------
@@ -564,8 +661,8 @@ def test_smollm2_adapter_generates_deterministically(smollm2):
 
 @pytest.mark.slow
 def test_cli_smollm2_loads_the_model_like_adapter_py(smollm2, prepared_cache, tmp_path):
-    """python -m harness loads the model with transformers itself (harness/hf_model.py); its greedy reply is the
-    one the adapter.py-loaded model gives."""
+    """python -m harness loads the model through harness/hf_model.py directly, run.py's experiments through
+    adapter.py (which calls it); the CLI's greedy reply is the one the adapter.py-loaded model gives."""
     from harness.adapters import SmolLM2Adapter
 
     prompt = "What is 3 + 4? Reply with the number only."

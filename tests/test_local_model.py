@@ -1,5 +1,4 @@
-"""run.py --model PATH: a local Hugging Face causal-LM directory (issue 16, point 2), and --device/--threads/--dtype
-(point 4).
+"""run.py --model PATH: a local Hugging Face causal-LM directory, and --device/--threads/--dtype.
 
 Tiny random models of two architectures with different tokenizers are built here from a config and saved with
 safetensors: a Llama with a Llama-style tokenizer that prepends a BOS (a BPE trained on the fixture sentences,

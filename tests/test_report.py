@@ -1,4 +1,4 @@
-"""report.py: O/report.html, one self-contained page built from the evidence alone.
+"""report.py and its package evidence_report/: O/report.html, one self-contained page built from the evidence alone.
 
 Real evidence (slow: marked `slow`): the session's `run.py --smoke` of all five experiments (conftest.smoke_run).
 run.py writes report.html itself at the end of the run; `python report.py O` writes the same page from a copy. Both
@@ -32,8 +32,14 @@ from conftest import run_cli
 from test_run_safety import fill, tmpfs  # noqa: F401  (tmpfs is a fixture: a small tmpfs mount, root only)
 
 REPORT = conftest.REPO / "report.py"
+PACKAGE = conftest.REPO / "evidence_report"
+REPORT_SOURCES = [REPORT] + sorted(PACKAGE.rglob("*.py"))
 REPO_ROOT = conftest.REPO
-FORBIDDEN_IMPORTS = {"run", "experiments", "harness", "lm_eval", "resources", "config", "adapter", "audit"}
+FORBIDDEN_IMPORTS = {"run", "experiments", "harness", "lm_eval", "resources", "config", "adapter", "audit",
+                     "evidence_audit", "bench", "prepare"}
+# and every other module of the repository: a top-level .py or a package (report.py's own package aside)
+REPOSITORY_MODULES = ({p.stem for p in REPO_ROOT.glob("*.py")}
+                      | {p.parent.name for p in REPO_ROOT.glob("*/__init__.py")}) - {"evidence_report"}
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
@@ -62,11 +68,19 @@ def is_rounding_of(text, exact):
 
 
 def load_report():
+    """report.py, the command line (main, and write: what run.py calls)."""
     import importlib
 
     import report
 
     return importlib.reload(report)
+
+
+def load(module):
+    """A module of the package: "cells", "page", "sections.mctaco", ..."""
+    import importlib
+
+    return importlib.import_module(f"evidence_report.{module}")
 
 
 # ---- static checks (no browser) ------------------------------------------------------------------------------
@@ -116,20 +130,60 @@ def assert_self_contained(text, min_images=0):
         assert "url(" not in css and "@import" not in css, f"CSS fetches something: {css[:120]}"
 
 
-def test_report_imports_none_of_the_code_that_wrote_the_evidence():
-    tree = ast.parse(REPORT.read_text(encoding="utf-8"))
-    names = set()
+def test_report_package_is_scanned_whole():
+    names = {p.relative_to(REPO_ROOT).as_posix() for p in REPORT_SOURCES}
+    assert {"report.py", "evidence_report/page.py", "evidence_report/cells.py", "evidence_report/plots.py",
+            "evidence_report/sections/__init__.py", "evidence_report/sections/protocol.py"} <= names
+    assert len(REPORT.read_text(encoding="utf-8").splitlines()) < 60, "report.py is the CLI; the page lives in " \
+                                                                       "evidence_report/"
+    assert FORBIDDEN_IMPORTS - {"lm_eval"} <= REPOSITORY_MODULES, "the scan must know the repository"
+
+
+@pytest.mark.parametrize("path", REPORT_SOURCES, ids=lambda p: p.relative_to(REPO_ROOT).as_posix())
+def test_report_imports_none_of_the_code_that_wrote_the_evidence(path):
+    """report.py and evidence_report/ import nothing of the repository but the package itself, and nothing of
+    lm_eval: absolute imports only (so that every import names its root), no dynamic imports, and at module level
+    only the standard library and the package (matplotlib and numpy are imported when a plot is drawn)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names, relative, dynamic = set(), [], []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             names.add((node.module or "").split(".")[0])
+            if node.level:
+                relative.append(node.lineno)
+        elif isinstance(node, ast.Call):
+            f = node.func
+            fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if fname in ("__import__", "import_module", "find_spec", "run_module", "run_path",
+                         "spec_from_file_location", "exec", "eval"):
+                dynamic.append((fname, node.lineno))
     assert not names & FORBIDDEN_IMPORTS, names & FORBIDDEN_IMPORTS
+    assert not names & REPOSITORY_MODULES, names & REPOSITORY_MODULES
+    assert not relative, f"relative imports at lines {relative}"
+    assert not dynamic, f"dynamic imports: {dynamic}"
+    top = {a.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for a in node.names}
+    top |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom)}
+    assert not top - set(sys.stdlib_module_names) - {"evidence_report"}, top
+
+
+def test_sections_are_one_module_per_experiment_in_page_order(tmp_path):
+    """evidence_report.sections.SECTIONS: experiment name -> its section module, in the order the page shows them."""
+    sections = load("sections").SECTIONS
+    assert list(sections) == ["protocol", "options", "extraction", "mctaco", "harness"]
+    for name, module in sections.items():
+        assert module.__name__ == f"evidence_report.sections.{name}" and module.NAME == name
+        assert callable(module.render)
+    out, _ = minimal_evidence(tmp_path)
+    for name in reversed(list(sections)):           # created in reverse: the page orders them, not the file system
+        write_json(out / name / "summary.json", {"experiment": name, "split": "dev"})
+    assert load("page").experiment_names(out) == [*sections, "novel"]
 
 
 def test_numbers_are_rounded_by_what_they_are():
     """Issue 14: the report printed unrounded floats (0.5555555555555556)."""
-    fmt = load_report().fmt
+    fmt = load("cells").fmt
     assert [fmt(v, "rate") for v in (0.5555555555555556, 1.0, 0.0, 0.32222222222222224)] == \
         ["0.5556", "1.0000", "0.0000", "0.3222"]
     assert [fmt(v, "diff") for v in (0.0, 1.2e-05, 1.1920928955078125e-07, 0.0123456, 2.5)] == \
@@ -148,23 +202,23 @@ def test_numbers_are_rounded_by_what_they_are():
 def test_number_cells_keep_the_exact_value():
     """A number read from an experiment's evidence keeps its exact JSON text (data-value) and its place (data-src);
     a number the page computes (arithmetic on read values) is labelled derived and carries no data-value."""
-    report = load_report()
-    ev = report.sourced({"a": {"acc": 0.5555555555555556, "n": 7}, "pair": [0.5, 0.5555555555555556]},
+    cells = load("cells")
+    ev = cells.sourced({"a": {"acc": 0.5555555555555556, "n": 7}, "pair": [0.5, 0.5555555555555556]},
                         "exp/summary.json#")
-    assert report.cell(report.rate(ev["a"]["acc"])) == \
+    assert cells.cell(cells.rate(ev["a"]["acc"])) == \
         ('<td class="num" data-src="exp/summary.json#a.acc" data-value="0.5555555555555556" '
          'title="0.5555555555555556">0.5556</td>')
-    assert report.cell(ev["a"]["n"]) == '<td class="num" data-src="exp/summary.json#a.n" data-value="7">7</td>'
-    assert report.cell(report.rate(ev["pair"])) == \
+    assert cells.cell(ev["a"]["n"]) == '<td class="num" data-src="exp/summary.json#a.n" data-value="7">7</td>'
+    assert cells.cell(cells.rate(ev["pair"])) == \
         ('<td class="num" data-src="exp/summary.json#pair" data-value="[0.5, 0.5555555555555556]" '
          'title="[0.5, 0.5555555555555556]">[0.5000, 0.5556]</td>')
-    assert report.cell(report.rate(ev["a"]["acc"] / 2)) == \
+    assert cells.cell(cells.rate(ev["a"]["acc"] / 2)) == \
         '<td class="num derived" title="derived from the evidence">0.2778</td>'
-    assert report.cell(7) == '<td class="num derived" title="derived from the evidence">7</td>'
-    assert report.cell(report.rate(None)) == "<td>—</td>" and report.cell("a<b") == "<td>a&lt;b</td>"
+    assert cells.cell(7) == '<td class="num derived" title="derived from the evidence">7</td>'
+    assert cells.cell(cells.rate(None)) == "<td>—</td>" and cells.cell("a<b") == "<td>a&lt;b</td>"
     for value in (0.5555555555555556, 1.2e-05, -0.05555555555555558, 3, 0.0, 1234.56789):
         for style in ("rate", "diff", "delta", "seconds", "general"):
-            assert is_rounding_of(report.fmt(value, style), json.dumps(value)), (value, style)
+            assert is_rounding_of(cells.fmt(value, style), json.dumps(value)), (value, style)
     assert not is_rounding_of("0.5555555555555556", "0.5555555555555556")
 
 
@@ -252,7 +306,7 @@ def assert_numbers_rounded(cells):
 
 def test_generic_fallback_lists_every_summary_field(tmp_path):
     out, summary = minimal_evidence(tmp_path)
-    path = load_report().write(out)
+    path = load("page").write(out)
     text = path.read_text(encoding="utf-8")
     tables, classes = parse_tables(text)
     assert "render-error" not in classes
@@ -281,7 +335,7 @@ def test_a_view_that_cannot_read_its_evidence_falls_back_and_says_so(tmp_path):
     every field of its summary, and the other experiments are unaffected."""
     out, _ = minimal_evidence(tmp_path)
     write_json(out / "options" / "summary.json", {"experiment": "options", "split": "dev", "surprise": 0.75})
-    text = load_report().build(out)
+    text = load("page").build(out)
     tables, classes = parse_tables(text)
     assert "render-error" in classes
     assert dict(tuple(r) for r in tables["options-summary"])["surprise"] == "0.75"
@@ -291,7 +345,7 @@ def test_a_view_that_cannot_read_its_evidence_falls_back_and_says_so(tmp_path):
     (out / "mctaco").mkdir()
     (out / "mctaco" / "summary.json").write_text('{"experiment": "mctaco", "acc": 0.', encoding="utf-8")
     write_json(out / "options" / "stages.json", {"stages": "not a list"})
-    text = load_report().build(out)
+    text = load("page").build(out)
     tables, classes = parse_tables(text)
     assert classes.count("render-error") == 3, classes
     assert '<section id="mctaco">' in text and "summary.json" in text
@@ -370,7 +424,7 @@ def options_evidence(root):
 def test_options_flips_follow_the_config_order_and_mark_the_primary_comparison(tmp_path):
     """Issue 14: the flips table was sorted alphabetically while letters fwd/rev is the primary measure."""
     out = options_evidence(tmp_path)
-    text = load_report().build(out)
+    text = load("page").build(out)
     tables, classes = parse_tables(text)
     assert "render-error" not in classes
     flips = tables["options-flips"]
@@ -395,7 +449,7 @@ def test_options_flips_follow_the_config_order_and_mark_the_primary_comparison(t
     cfg.pop("comparisons")
     cfg["config"].pop("options_comparisons")
     write_json(out / "options" / "config.json", cfg)
-    tables, _ = parse_tables(load_report().build(out))
+    tables, _ = parse_tables(load("page").build(out))
     assert [r[0] for r in tables["options-flips"]] == sorted(summary["flips"])
     assert [r[0] for r in tables["options-flips"] if r[1] == "primary"] == ["list_letter_fwd vs list_letter_rev"]
 
@@ -409,15 +463,15 @@ def mctaco_questions():
 
 def test_mctaco_plot_draws_unscored_questions_apart_and_no_negative_rank():
     """Issue 14: the MC-TACO plot drew an unscored question like a scored one and showed a "-1" tick."""
-    report = load_report()
+    mctaco = load("sections.mctaco")
     cfg = {"split_questions": mctaco_questions()}
     # the smoke shape: questions 0 and 1 scored (documents 0..8), limit demos at 2 (cuts q0) and 5
     summary = {"limit_demo": {"rows": [{"limit": 2, "cut_questions": [{"question_id": "q0"}]},
                                        {"limit": 5, "cut_questions": []}]}}
-    statuses, limits = report.question_status(cfg, summary, set(range(9)))
+    statuses, limits = mctaco.question_status(cfg, summary, set(range(9)))
     assert [(q["question_rank"], st) for q, st in statuses] == [(0, "cut"), (1, "scored"), (2, "unscored")]
     assert limits == [2, 5]
-    fig, ax = report.segments_figure(statuses, limits)
+    fig, ax = mctaco.segments_figure(statuses, limits)
     try:
         assert list(ax.get_yticks()) == [0, 1, 2]
         assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "1", "2"]
@@ -431,9 +485,9 @@ def test_mctaco_plot_draws_unscored_questions_apart_and_no_negative_rank():
         plt.close(fig)
     # this run itself cut by --limit 10 (with --allow-partial-groups): q2 partly scored, q3 not at all
     summary = {"limit": 10, "cut_questions": [{"question_id": "q2"}], "limit_demo": {"rows": []}}
-    statuses, limits = report.question_status(cfg, summary, set(range(10)))
+    statuses, limits = mctaco.question_status(cfg, summary, set(range(10)))
     assert [st for _, st in statuses] == ["scored", "scored", "cut", "unscored"] and limits == [10]
-    assert report.question_segments_plot(cfg, summary, set(range(10))).startswith('<img alt="questions')
+    assert mctaco.question_segments_plot(cfg, summary, set(range(10))).startswith('<img alt="questions')
 
 
 def test_readme_says_what_the_mutation_selftest_does():
@@ -445,8 +499,8 @@ def test_readme_says_what_the_mutation_selftest_does():
 
 
 def test_report_has_no_function_over_80_lines():
-    tree = ast.parse(REPORT.read_text(encoding="utf-8"))
-    long = [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(tree)
+    long = [(path.name, n.name, n.end_lineno - n.lineno + 1) for path in REPORT_SOURCES
+            for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80]
     assert long == []
 
@@ -801,7 +855,7 @@ def sourced_evidence(tmp_path):
 
 def test_every_number_cell_names_the_evidence_value_it_shows(tmp_path):
     out = sourced_evidence(tmp_path)
-    text = load_report().build(out)
+    text = load("page").build(out)
     page = SourcedCells()
     page.feed(text)
     assert page.run_ids == ["ab" * 16]
@@ -816,17 +870,17 @@ def test_every_number_cell_names_the_evidence_value_it_shows(tmp_path):
 
 def test_the_page_is_deterministic_and_shows_no_audit_state(tmp_path):
     """Same evidence -> same bytes: no clock, no path of O; an audit.json (any state) changes nothing on the page."""
-    report = load_report()
+    page = load("page")
     out = sourced_evidence(tmp_path)
-    first = report.build(out)
+    first = page.build(out)
     time.sleep(1.1)
-    assert report.build(out) == first
+    assert page.build(out) == first
     copy = tmp_path / "elsewhere" / "renamed"
     shutil.copytree(out, copy)
-    assert report.build(copy) == first
+    assert page.build(copy) == first
     (out / "audit.json").write_text(json.dumps({"checks": [{"experiment": "novel", "status": "FAIL-ZZZ"}],
                                                 "levels": ["arithmetic"], "exit_code": 1}))
-    assert report.build(out) == first and "FAIL-ZZZ" not in first
+    assert page.build(out) == first and "FAIL-ZZZ" not in first
     assert "run python audit.py O" in first
     assert str(tmp_path) not in first
 
@@ -839,16 +893,18 @@ def test_a_full_disk_leaves_no_temp_file_and_the_evidence_intact(tmp_path, monke
 
     import run as run_py
 
-    report = load_report()
+    report, page = load_report(), load("page")
     out = sourced_evidence(tmp_path)
     report.write(out)
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(report.os, "fsync", full)
+    monkeypatch.setattr(page.os, "fsync", full)
     with pytest.raises(OSError):
         report.write(out)
+    with pytest.raises(OSError):
+        page.write(out)
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before and not [p for p in out.iterdir() if p.name.startswith(".")]
     assert report.main([str(out)]) == 2

@@ -1,0 +1,32 @@
+"""The page a person reads, O/report.html: one self-contained page built from the evidence under O alone
+(report.py is its command line; run.py calls report.write after its experiments).
+
+Per experiment: the headline table, the agreement figures (official vs independent), identity checks, stage times
+and peak RSS, and plots where looking beats reading. Plots are PNGs embedded as data URIs (matplotlib, Agg), so
+the page needs no network and no other file. Like audit.py it reads only the evidence files, never the code that
+wrote them; unlike audit.py it checks nothing — it shows what the evidence says. Neither report.py nor this package
+imports anything of the repository (run, experiments, harness, resources, config, adapter, bench, prepare, audit,
+evidence_audit) nor lm_eval: tests/test_report.py checks this by AST scan.
+
+Numbers are rounded for reading, by what they are: counts as integers, accuracies and other rates to 4 decimals,
+p-values to 3 decimals (e-notation below 0.001), differences of log-likelihoods to 2 significant digits (0.0,
+1.2e-05), seconds to the millisecond; null is "—". The exact value, as json.dumps wrote it into the evidence, stays
+in every number cell's data-value attribute (and its tooltip), and the place it was read from in data-src
+("<exp>/<file>#<dotted.path>", or "<exp>/records.jsonl#<line>.<path>", line from 1): audit.py checks every such
+cell against the evidence. A figure the page computes (MiB, the flip matrices counted from records.jsonl, sums)
+has no data-value and is labelled derived. The page is deterministic (the same evidence gives the same bytes: no
+clock, no path of O) and shows no audit state: it tells the reader to run audit.py O.
+
+Every table that a test or a reader may want to find has an id: "<experiment>-<what>", e.g. "options-conditions".
+A section that cannot be rendered (evidence of an unexpected shape) shows the error and the generic table of its
+summary instead of breaking the page; the error box has class "render-error".
+
+    cells.py              numbers as text (fmt), the number cell (data-value, data-src) and the values that carry
+                          their place in the evidence (sourced)
+    reading.py            the evidence files, read with their numbers marked (read_json, read_jsonl)
+    tables.py             HTML tables and the small pieces of text around them
+    plots.py              the plots several experiments share (matplotlib, imported only when drawing)
+    shared.py             the agreement and paired-comparison tables; stages, identity and the generic view
+    sections/<exp>.py     what is particular to one experiment; sections.SECTIONS orders and names them
+    page.py               the page: every experiment's section, the environment, the atomic write
+"""

@@ -1,0 +1,54 @@
+"""HTML tables and the small pieces of text around them; every cell goes through evidence_report.cells.cell."""
+from evidence_report.cells import Raw, cell, esc
+
+
+def table(header, rows, tid="", cls="", caption="", row_classes=None):
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    row_classes = row_classes or [""] * len(rows)
+    body = "".join((f'<tr class="{esc(rc)}">' if rc else "<tr>") + "".join(cell(c) for c in r) + "</tr>"
+                   for r, rc in zip(rows, row_classes))
+    idattr = f' id="{esc(tid)}"' if tid else ""
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return f'<table{idattr} class="{cls}">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def kv_table(rows, tid="", caption="", header=("figure", "value")):
+    return table(list(header), rows, tid, "kv", caption)
+
+
+def ratio(a, b):
+    return "—" if a is None or b is None else f"{a}/{b}"
+
+
+def idx_list(xs, limit=12):
+    xs = list(xs or [])
+    if not xs:
+        return "—"
+    shown = ", ".join(str(x) for x in xs[:limit])
+    return shown + (f", … ({len(xs)} in all)" if len(xs) > limit else "")
+
+
+def passed(flag):
+    return Raw('<span class="ok">passed</span>') if flag else Raw('<span class="bad">FAILED</span>')
+
+
+def note(text):
+    return f'<p class="note">{esc(text)}</p>'
+
+
+def wide(html_table):
+    return f'<div class="wide">{html_table}</div>'
+
+
+def flatten(d, prefix=""):
+    """Nested summary -> (dotted key, value) rows, lists of scalars kept on one line."""
+    rows = []
+    for k, v in sorted(d.items()):
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            rows += flatten(v, key + ".")
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            rows.append((key, f"[{len(v)} entries]"))
+        else:
+            rows.append((key, v))
+    return rows
