@@ -4,9 +4,10 @@
     CONFIG["protocol"]    the official SST-2 prompt and choices (also read by options and mctaco)
     CONFIG["options"], CONFIG["mctaco"], CONFIG["extraction"], CONFIG["harness"]   one section per experiment
 
-Each experiment module declares CONFIG_SECTIONS, the sections its scores depend on (e.g. options reads
-("shared", "protocol", "options")). `effective(sections, overrides)` merges them into one flat dict: that is what
-the experiment reads (ctx.config["sst2_prompt"]), what its config.json "config" block and identity.json
+Each experiment declares in registry.py the sections its scores depend on (e.g. options reads
+("shared", "protocol", "options"); its module's CONFIG_SECTIONS is that declaration), and every section here is read
+by some experiment (tests/test_registry.py). `effective(sections, overrides)` merges them into one flat dict: that
+is what the experiment reads (ctx.config["sst2_prompt"]), what its config.json "config" block and identity.json
 "scoring_config" hold, and what keys its cached scores. A setting of another experiment's section is not part of
 that identity, so changing a harness setting does not invalidate cached protocol scores. Key names are unique
 across sections. Change values here (or with a run.py flag where one exists), never inside the scoring code.
@@ -76,7 +77,7 @@ CONFIG = {
     },
 
     "options": {
-        # the options experiment (seed study 003): the official prompt with an A/B options list added. The
+        # the options experiment: the official prompt with an A/B options list added. The
         # letters stay in place and the option contents move; pi maps displayed position -> semantic label
         # (0 negative, 1 positive). The four list conditions score the same context string per item and order;
         # only the candidate strings (option texts or letters) differ. Zero-shot, no chat template.
@@ -103,7 +104,7 @@ CONFIG = {
     },
 
     "mctaco": {
-        # the MC-TACO experiment (seed study 004): lm-eval 0.4.9.2 mc_taco/default.yaml on MC-TACO-shaped data.
+        # the MC-TACO experiment: lm-eval 0.4.9.2 mc_taco/default.yaml on MC-TACO-shaped data.
         # The prompt and choices are checked against the dumped official task config at run time. Documents are
         # rows (question-candidate pairs) in dataset order; a question is sha256(f"{sentence}\t{question}").
         "mctaco_data": "fixture-mctaco",   # data resource id (its own, not --data: run.py's --data is SST-2-shaped)
@@ -114,7 +115,7 @@ CONFIG = {
     },
 
     "extraction": {
-        # the extraction experiment (seed study 001): one set of greedy chat generations, three scorers, and a
+        # the extraction experiment: one set of greedy chat generations, three scorers, and a
         # human audit sample chosen before generation. The user message goes through the tokenizer's chat template
         # (SmolLM2's default system message); {sentence} is filled with str.replace.
         "extraction_user_prompt": "Classify the sentiment of this movie review.\n\nReview: {sentence}\n\nAnswer "

@@ -7,14 +7,16 @@ and where each part lives; one section per experiment in evidence_report/section
 package imports run, experiments, harness, resources, config, adapter, bench, prepare, audit, evidence_audit or
 lm_eval: the page reads only the evidence, never the code that wrote it.
 
-Exit codes: 0 the page was written (its path on stdout), 2 OUT is not an output directory or the page could not be
-written (one line on stderr; the evidence and an earlier report.html are untouched, no temporary file is left).
+Exit codes: 0 the page was written (its path on stdout), 2 OUT is not an output directory, holds evidence of a
+format the page does not read (evidence_format; evidence_report/reading.py), or the page could not be written (one
+line on stderr; the evidence and an earlier report.html are untouched, no temporary file is left).
 """
 import argparse
 import sys
 from pathlib import Path
 
 from evidence_report.page import write
+from evidence_report.reading import UnknownFormat
 
 
 def main(argv=None):
@@ -29,6 +31,9 @@ def main(argv=None):
         return 2
     try:
         print(write(args.out))
+    except UnknownFormat as e:
+        print(f"report.py: error: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"report.py: error: {args.out / 'report.html'}: not written ({e.strerror or e}); the evidence is "
               "untouched and no temporary file is left", file=sys.stderr)

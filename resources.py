@@ -556,6 +556,31 @@ def data_parquet(cache, rid, entry):
 def verified_data(cache, data_id, manifest=None):
     """(parquet, manifest entry) of a data resource: its files re-hashed through the manifest and its content hash
     checked against the lock that pins it (resources.lock.json, or CACHE/user.lock.json for a --name import)."""
+    parquet, entry, _ = verified_data_and_lock(cache, data_id, manifest)
+    return parquet, entry
+
+
+def verified_rows(cache, data_id, manifest=None):
+    """(parquet, manifest entry, rows): verified_data, then the rows read in the resource's schema and re-hashed
+    against the lock's facts (verify_rows: shape, counts, canonical content hash). run.py calls this once per data
+    resource of a run; the experiments read what it verified."""
+    parquet, entry, lock_entry = verified_data_and_lock(cache, data_id, manifest)
+    schema = schema_of(entry)
+    rows = schema.read_parquet(parquet)
+    verify_rows(rows, lock_entry, str(parquet), schema)
+    return parquet, entry, rows
+
+
+def prepared_manifest(cache):
+    """The cache's manifest, or ResourceError naming the command that prepares one."""
+    cache = Path(cache)
+    if not (cache / MANIFEST).exists():
+        raise ResourceError(f"{cache / MANIFEST}: no prepared cache here; run: python prepare.py --cache {cache}")
+    return load_manifest(cache)
+
+
+def verified_data_and_lock(cache, data_id, manifest=None):
+    """(parquet, manifest entry, lock entry): the checks of verified_data."""
     manifest = manifest or load_manifest(cache)
     entry = verify_resource_files(cache, data_id, manifest)
     if entry["kind"] != "data":
@@ -575,7 +600,10 @@ def verified_data(cache, data_id, manifest=None):
         raise ResourceError(f"{data_parquet(cache, data_id, entry)}: prepared with content sha256 "
                             f"{entry['content_sha256']}, the {which} lock pins {lock_entry.get('content_sha256')}; "
                             f"run: python prepare.py --cache {cache}")
-    return data_parquet(cache, data_id, entry), entry
+    parquet = data_parquet(cache, data_id, entry)
+    if str(parquet.relative_to(cache)) not in entry["files"]:
+        raise ResourceError(f"{parquet}: not listed in the manifest; run: python prepare.py --cache {cache}")
+    return parquet, entry, lock_entry
 
 
 # ---- manifest ----------------------------------------------------------------------------------------------
@@ -668,9 +696,7 @@ def verified_inputs(cache, model_id, data_id, local_model=None):
     `model_id` is a lock id, or (when `local_model` is given) the path of a local Hugging Face directory: see
     verified_model. Raises ResourceError naming the file and what to do."""
     cache = Path(cache)
-    if not (cache / MANIFEST).exists():
-        raise ResourceError(f"{cache / MANIFEST}: no prepared cache here; run: python prepare.py --cache {cache}")
-    manifest = load_manifest(cache)
+    manifest = prepared_manifest(cache)
     model_dir, model_identity = verified_model(cache, model_id, manifest, local_model)
     data_entry = verify_resource_files(cache, data_id, manifest)
     parquet = data_parquet(cache, data_id, data_entry)

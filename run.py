@@ -37,11 +37,12 @@ from pathlib import Path
 
 import config
 import local_model
+import registry
 import report
 import resources
 from adapter import device_problem
 from experiments import EXPERIMENTS, launch, parallel, result_cache
-from experiments.context import Context, Inputs, Options
+from experiments.context import Context, Data, Inputs, Options
 from experiments.evidence import (IdentityMismatch, ScoringError, Stages, environment, evidence_entries,
                                   existing_ancestor, new_run_id, probe_writable, set_aside,
                                   stray_entries, sweep_leftovers, write_json, write_jsonl, write_manifest)
@@ -170,7 +171,7 @@ def import_experiments(names, chatter):
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
-    modules = {name: importlib.import_module(f"experiments.{name}") for name in names}
+    modules = {name: importlib.import_module(registry.find(name).runner) for name in names}
     return modules, time.perf_counter() - t0
 
 
@@ -206,14 +207,36 @@ def check_device(args):
         raise ResourceError(f"--device {args.device}: {problem}")
 
 
-def verified_inputs(args):
-    """--model is a lock id or a local directory (local_model.local_identity); --data a lock id or a --name import,
-    verified against the lock that pins it (resources.verified_data)."""
-    model_dir, parquet, model_identity, data_entry = resources.verified_inputs(
-        args.cache, args.model, args.data, local_model=local_model.local_identity)
-    parquet, data_entry = resources.verified_data(args.cache, args.data)
-    return Inputs(cache=Path(args.cache), model_dir=model_dir, model_identity=model_identity, data_id=args.data,
-                  parquet_path=parquet, data_content_sha256=data_entry["content_sha256"])
+def verified_inputs(args, modules, routed=None):
+    """The model and every data resource the experiments read, each verified once, before anything is loaded.
+    --model is a lock id or a local directory (local_model.local_identity). An experiment reads the resource its
+    effective config names under DATA_CONFIG_KEY ("data": --data; mctaco: "mctaco_data"), none when its
+    DATA_SCHEMA is None; each is re-hashed through the manifest, checked against the lock that pins it and its
+    rows re-hashed (resources.verified_rows), and must have the experiment's schema."""
+    cache = Path(args.cache)
+    manifest = resources.prepared_manifest(cache)
+    model_dir, model_identity = resources.verified_model(cache, args.model, manifest, local_model.local_identity)
+    data = {}
+    for name, module in modules.items():
+        schema = getattr(module, "DATA_SCHEMA", "sst2")
+        if schema is None:
+            continue
+        data_id = data_id_of(module, args, routed)
+        if data_id not in data:
+            parquet, entry, _ = resources.verified_rows(cache, data_id, manifest)
+            data[data_id] = Data(id=data_id, schema=entry.get("schema", "sst2"), parquet_path=parquet,
+                                 content_sha256=entry["content_sha256"], split=entry.get("split", "validation"))
+        if data[data_id].schema != schema:
+            raise ResourceError(f"{cache / resources.MANIFEST}: resource {data_id!r} is {data[data_id].schema} data; "
+                                f"experiment {name} reads {schema} data: name data of that schema")
+    return Inputs(cache=cache, model_dir=model_dir, model_identity=model_identity, data=data)
+
+
+def data_id_of(module, args, routed=None):
+    """The data resource an experiment reads: its effective config's DATA_CONFIG_KEY (--data, or the key
+    route_data set for it)."""
+    effective = config.effective(module.CONFIG_SECTIONS, {"data": args.data, **(routed or {}).get(module.NAME, {})})
+    return effective[getattr(module, "DATA_CONFIG_KEY", "data")]
 
 
 def options_of(args):
@@ -238,7 +261,7 @@ def numerics_overrides(args):
     return {"device": args.device, "threads": args.threads, "dtype": args.dtype}
 
 
-def context_for(module, args, inputs, options, stages, routed=None, plan=None):
+def context_for(module, args, inputs, options, stages, routed=None, plan=None, env=None):
     """The experiment's Context: its effective config is its CONFIG_SECTIONS merged flat, with --model (the lock id,
     or the local directory's resolved path), --data, --device, --threads and --dtype (and, for an experiment --data
     was routed to by schema, its own data key: route_data)."""
@@ -248,8 +271,10 @@ def context_for(module, args, inputs, options, stages, routed=None, plan=None):
     effective = config.effective(module.CONFIG_SECTIONS, {"model": model, "data": args.data,
                                                           **numerics_overrides(args),
                                                           **(routed or {}).get(module.NAME, {})})
+    data = (inputs.data.get(effective[getattr(module, "DATA_CONFIG_KEY", "data")])
+            if getattr(module, "DATA_SCHEMA", "sst2") is not None else None)
     return Context(name=module.NAME, split=split, config=effective, inputs=inputs, options=options, stages=stages,
-                   plan=plan)
+                   plan=plan, data=data, environment=env)
 
 
 def sha256_json(obj):
@@ -265,8 +290,7 @@ def run_identity(env, ctx, sections, result):
         "model_sha256": ctx.inputs.model_identity["model_sha256"],
         "tokenizer_sha256": ctx.inputs.model_identity["tokenizer_sha256"],
         **local_model_identity(ctx.inputs.model_identity),
-        # an experiment with its own data (mctaco) names it; the others score the --data resource
-        "data_content_sha256": result.config.get("data_content_sha256", ctx.inputs.data_content_sha256),
+        "data_content_sha256": ctx.data.content_sha256 if ctx.data is not None else None,   # the data it read
         "prompt_template_sha256": result.prompt_template_sha256,
         "scoring_config": ctx.config,
         "scoring_config_sha256": sha256_json(ctx.config),
@@ -489,7 +513,7 @@ def run_experiments(plan, args, modules, imports_s, inputs, options, env, done, 
         stages = Stages()
         if k == 0:  # the imports happened once, before the first experiment
             stages.stages.append({"name": "imports", "wall_s": round(imports_s, 4), "peak_rss_bytes_at_end": None})
-        ctx = context_for(module, args, inputs, options, stages, routed, plan)
+        ctx = context_for(module, args, inputs, options, stages, routed, plan, env)
         code = run_experiment(module, ctx, env)
         exit_code = max(exit_code, code)
         if code == 0 and plan.mode not in ("shard", "replay"):
@@ -527,7 +551,7 @@ def run_planned(plan, shard_docs, args, chatter):
     launch.check_parallel(plan, args, modules)
     check_numerics(args, modules)
     check_device(args)
-    inputs = verified_inputs(args)
+    inputs = verified_inputs(args, modules, routed)
     check_model_fits(modules, inputs)
     launch.on_rank0(plan, check_result_caches, args, modules, inputs)
     import torch        # loaded with the experiments (import_experiments, timed); here only to set the threads

@@ -57,7 +57,9 @@ What this does not prove (limits, stated honestly):
 
 The audit (audit.py and this package) imports nothing from the rest of the repository (run, experiments, harness,
 report, bench, resources, config, adapter) and nothing from lm_eval: every rule it checks is written out again in
-this package, on purpose. The arithmetic level uses only the standard
+this package, on purpose. It reads registry.py (plain data importing only the standard library): which experiments
+exist, the config sections each declares, and the name of each one's rule, which it imports only from
+evidence_audit.rules. The arithmetic level uses only the standard
 library; torch, tokenizers, safetensors and pyarrow are imported inside the deeper levels only.
 
 Exit codes: 0 every claim recomputes; 1 a check failed (the message names the item idx and the field); 2 the
@@ -70,6 +72,11 @@ Strict reading (every evidence file, the manifest, report.html's data-value, rev
 no lone surrogates, not even from \\u escapes), no duplicate key, no NaN/Infinity or overflowing number, integers of
 at most 100 digits, nesting at most 64 deep, lines of at most 64 MiB, files of at most 1 GiB, regular files only.
 A violation is one line naming the file, line and field, exit 2.
+
+Evidence format: run.py stamps every JSON evidence file with "evidence_format" (a JSONL file has the format its
+MANIFEST.json declares). Before any level runs, every JSON evidence file of O is read and its format checked against
+reading.READS_EVIDENCE_FORMATS; another version, or none (evidence written before the format was versioned), is one
+line naming the file, the version found and the range read, exit 2. --lm-eval reads lm-eval's files: no format.
 
 Modules (reading order): reading (strict evidence reading), manifest (the manifest level), report_page
 (report.html against the evidence), checks (the check/result model and the report),

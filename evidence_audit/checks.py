@@ -8,9 +8,16 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 MISSING = type("Missing", (), {"__repr__": lambda self: "<missing>"})()   # a claim that is absent from the evidence
+
+# The levels a check row belongs to: the manifest and the arithmetic run in every audit, identity needs --tokens,
+# forward needs --forward. (MANIFEST_LEVEL, not MANIFEST: that is the file's name, manifest.MANIFEST.)
+MANIFEST_LEVEL, ARITHMETIC, IDENTITY, FORWARD = "manifest", "arithmetic", "identity", "forward"
+
 
 def get(obj, dotted):
     """obj['a']['b'] for 'a.b', or MISSING: a missing claim compares unequal to any recomputed value."""
@@ -48,11 +55,21 @@ def short(v, n=120):
 # One row per check group: what was checked, on how many items, PASS/FAIL/SKIPPED, every failure message (the first
 # is printed). Failure messages start with the item ("idx 100") or the file, then the field.
 
-class Checks:
-    """The rows of one audit, in the order the rules record them."""
+@dataclass(frozen=True)
+class AuditOptions:
+    """What the command line asks of one whole audit, beyond the levels: every rule reads it as C.options."""
+    # One intra-op thread by default: on the shared 2-vCPU machines here a second thread that has to wait for a busy
+    # CPU made each forward pass ~10x slower (0.16 s vs 1-4 s); numerics stay within tolerance.
+    threads: int = 1                        # torch intra-op threads for the forward level (--threads)
+    review_sheet: Optional[Path] = None     # extraction: --review SHEET, a filled sheet exported by the review page
 
-    def __init__(self):
+
+class Checks:
+    """The rows of one audit, in the order the rules record them, and the audit's options (C.options)."""
+
+    def __init__(self, options=None):
         self.rows = []
+        self.options = options if options is not None else AuditOptions()
 
     def add(self, experiment, level, check, items, failures, note=""):
         """A check group that ran on `items` items: PASS without failures, else FAIL with every message."""

@@ -5,8 +5,7 @@ import sys
 from pathlib import Path
 
 import evidence_audit
-from evidence_audit import forward
-from evidence_audit.checks import print_report, write_report
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, AuditOptions, print_report, write_report
 from evidence_audit.driver import audit
 from evidence_audit.lmeval.command import lmeval_args, lmeval_main
 from evidence_audit.mutations import mutation_selftest
@@ -27,7 +26,7 @@ def parse_args(argv):
     ap.add_argument("--mutations", action="store_true", help="mutation self-test on temporary copies of OUT")
     ap.add_argument("--report", type=Path,
                     help="where to write the JSON report (default: OUT/audit.json, OUT/audit.mutations.json)")
-    ap.add_argument("--threads", type=int, default=forward.THREADS,
+    ap.add_argument("--threads", type=int, default=AuditOptions().threads,
                     help="torch threads for --forward (default: %(default)s)")
     ap.add_argument("--strict", action="store_true", help="a requested level that had to be skipped exits 1")
     ap.add_argument("--public-only", action="store_true",
@@ -51,21 +50,21 @@ def main(argv=None):
         print("error: --public-only audits without O/private/: it cannot run --tokens, --forward or --mutations",
               file=sys.stderr)
         return 2
-    forward.set_threads(args.threads)
-    extraction.REVIEW_SHEET = args.review
+    options = AuditOptions(threads=args.threads, review_sheet=args.review)
     try:
         if args.mutations:
-            report = mutation_selftest(args.out, args.cache)
+            report = mutation_selftest(args.out, args.cache, options=options)
             default_report = args.out / "audit.mutations.json"
         else:
-            levels = ("arithmetic",) + (("identity",) if args.tokens or args.forward else ()) \
-                + (("forward",) if args.forward else ())
-            report = audit(args.out, levels, args.cache, args.experiment, public_only=args.public_only)
+            levels = (ARITHMETIC,) + ((IDENTITY,) if args.tokens or args.forward else ()) \
+                + ((FORWARD,) if args.forward else ())
+            report = audit(args.out, levels, args.cache, args.experiment, public_only=args.public_only,
+                           options=options)
             if args.strict and report["n_skipped_requested"] and report["exit_code"] == 0:
                 report["exit_code"], report["result"] = 1, "FAIL"
             print_report(report)
             if args.review is not None:
-                extraction.ext_print_review(report)
+                extraction.ext_print_review(report, args.review)
             default_report = args.out / "audit.json"
     except Unreadable as e:
         print(f"error: unreadable evidence: {e}", file=sys.stderr)

@@ -1,5 +1,5 @@
 """run.py --fast evidence: each record's fast scores and the agreement figures in summary.json["fast"]."""
-from evidence_audit.checks import MISSING, expect, short
+from evidence_audit.checks import ARITHMETIC, MISSING, expect, short
 from evidence_audit.definitions import argmax_first, is_num
 
 
@@ -25,7 +25,7 @@ def fast_expected(recorded, records, C, name):
             bad.append(f"idx {r['idx']} fast: expected scores, scores_batch1, pred; found {short(f, 60)}")
             continue
         expect(bad, f"idx {r['idx']}", "fast.pred", f["pred"], argmax_first(f["scores"]))
-    C.add(name, "arithmetic", "fast mode records (--fast: predictions from the fast scores)", len(records), bad)
+    C.add(name, ARITHMETIC, "fast mode records (--fast: predictions from the fast scores)", len(records), bad)
     if bad or not isinstance(recorded, dict):
         return MISSING
     parity, fast, fast1 = (lambda r: r["independent"]["scores"]), (lambda r: r["fast"]["scores"]), \

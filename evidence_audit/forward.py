@@ -9,31 +9,22 @@ import math
 import time
 from pathlib import Path
 
-from evidence_audit.checks import MISSING, expect, get
+from evidence_audit.checks import FORWARD, MISSING, expect, get
 from evidence_audit.definitions import argmax_first
 from evidence_audit.model_files import is_local, rehash_problems
 from evidence_audit.reading import read_json, sha256_file
 
-L = "forward"
-# One intra-op thread by default: on the shared 2-vCPU machines here a second thread that has to wait for a busy CPU
-# made each forward pass ~10x slower (0.16 s vs 1-4 s); numerics stay within tolerance.
-THREADS = 1                 # torch intra-op threads for the forward level (--threads)
 FORWARD_TOL = 1e-4          # max |recomputed - recorded| per candidate score (nats) for the forward level to pass
 
 _MODELS = {}
 _SCORES = {}  # (model key, input ids) -> log-softmax rows; a forward pass is a pure function of weights and ids
 
 
-def set_threads(n):
-    """torch intra-op threads for every later forward pass (--threads)."""
-    global THREADS
-    THREADS = n
-
-
-def use_threads():
-    """Apply THREADS to torch (imported here: the arithmetic level never imports torch)."""
+def use_threads(n):
+    """torch intra-op threads for the forward passes (--threads: C.options.threads; imported here: the arithmetic
+    level never imports torch)."""
     import torch
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(n)
 
 
 def forget_scores(model, ids):
@@ -117,16 +108,16 @@ def model_for_forward(C, name, ident, tokens, model_dir):
     st = Path(model_dir) / "model.safetensors" if model_dir else None
     if st is None or not st.exists() or not (Path(model_dir) / "config.json").exists():
         for check in ("model file",) + FORWARD_CHECKS:
-            C.skip(name, L, check, f"model not found ({st}); pass --cache with the prepared cache")
+            C.skip(name, FORWARD, check, f"model not found ({st}); pass --cache with the prepared cache")
         return None
     bad = []
     if is_local(ident):     # a local --model directory: every file it had, re-hashed
         rehash_problems(bad, model_dir, ident, sorted(ident.get("model_files") or {}))
-        C.add(name, L, "model files (sha256 of each == identity.json model_files)", 1, bad)
+        C.add(name, FORWARD, "model files (sha256 of each == identity.json model_files)", 1, bad)
     else:
         expect(bad, str(st), "sha256", sha256_file(st), ident.get("model_sha256", MISSING) if ident else MISSING,
                "identity.json model_sha256: the cached weights are not the ones the evidence names")
-        C.add(name, L, "model file (sha256 == identity.json model_sha256)", 1, bad)
+        C.add(name, FORWARD, "model file (sha256 == identity.json model_sha256)", 1, bad)
     model, why = None, ("needs the identity level's verified token ids (private texts + tokenizer), which were "
                         "unavailable or failed")
     dtype = get(ident, "scoring_config.dtype") if ident else MISSING
@@ -135,13 +126,13 @@ def model_for_forward(C, name, ident, tokens, model_dir):
                                     f"and its tolerance {FORWARD_TOL:g} does not apply to {dtype} scores"), None
     if tokens is not None:
         try:
-            use_threads()
+            use_threads(C.options.threads)
             model, why = load_llama(model_dir)
         except ImportError as e:
             why = f"cannot import torch/safetensors ({e})"
     if model is None:
         for check in FORWARD_CHECKS:
-            C.skip(name, L, check, why)
+            C.skip(name, FORWARD, check, why)
     return model
 
 
@@ -207,11 +198,11 @@ def audit_candidate_scores(C, name, ident, records, tokens, model_dir, key_of=la
         expect(bad_greedy, w, "official.is_greedy", r["official"]["is_greedy"], greedy,
                "greedy argmax at every candidate position, recomputed")
     max_off, max_ind = diffs.max["official"], diffs.max["independent"]
-    C.add(name, L, FORWARD_CHECKS[0], sum(len(r["candidates"]) for r in records), diffs.bad,
+    C.add(name, FORWARD, FORWARD_CHECKS[0], sum(len(r["candidates"]) for r in records), diffs.bad,
           note=f"max |recomputed - official| = {max_off:.3g}, max |recomputed - independent| = {max_ind:.3g} "
                f"(tolerance {FORWARD_TOL:g}, float32, audit.py's own Llama forward)")
-    C.add(name, L, FORWARD_CHECKS[1], len(records), bad_pred)
-    C.add(name, L, FORWARD_CHECKS[2], len(records), bad_greedy)
+    C.add(name, FORWARD, FORWARD_CHECKS[1], len(records), bad_pred)
+    C.add(name, FORWARD, FORWARD_CHECKS[2], len(records), bad_greedy)
     return {"max_abs_diff_official": max_off, "max_abs_diff_independent": max_ind, "tolerance": FORWARD_TOL,
             "worst": diffs.worst, "dtype": "float32", "seconds": round(time.perf_counter() - t0, 2),
             "threads": torch.get_num_threads()}

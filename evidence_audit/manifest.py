@@ -17,14 +17,13 @@ import os
 import re
 from pathlib import Path
 
-from evidence_audit.checks import short
-from evidence_audit.reading import Unreadable, read_json, sha256_file
+from evidence_audit.checks import MANIFEST_LEVEL, short
+from evidence_audit.reading import Unreadable, evidence_object, read_json, sha256_file
 
 MANIFEST = "MANIFEST.json"
 FORMAT = "evidence-manifest/v1"
 AUDIT_OUTPUTS = ("audit.json", "audit.mutations.json")     # written into O by audit.py, after the run
 KEYS = ("format", "run_id", "experiments", "failed", "files", "private")
-M = "manifest"
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 SHA = re.compile(r"[0-9a-f]{64}")
 LEVELS_NOTE = ("a forger who rewrites MANIFEST.json too passes this level; the deeper levels still catch an "
@@ -78,33 +77,35 @@ def manifest_check(C, out, public_only=False):
     out = Path(out)
     info = {"run_id": None, "private_absent": [], "manifest": None}
     files, dirs, odd = walk(out)
-    C.add("-", M, "no symlinks or special files under O", len(files) + len(dirs) + len(odd),
+    C.add("-", MANIFEST_LEVEL, "no symlinks or special files under O", len(files) + len(dirs) + len(odd),
           [f"{rel}: {what}; run.py writes regular files and directories only" for rel, what in odd])
     man = read_json(out / MANIFEST) if (out / MANIFEST).is_file() and not (out / MANIFEST).is_symlink() else None
+    if isinstance(man, dict):       # its evidence_format (checked before any level ran) is no field of the shape
+        man = evidence_object(out / MANIFEST, man)
     shape = manifest_shape_problems(man) if man is not None else \
         [f"{MANIFEST}: missing (run.py writes it last; without it nothing says which files the run wrote)"]
-    C.add("-", M, f"{MANIFEST} present and well formed", 1, shape, note=LEVELS_NOTE)
+    C.add("-", MANIFEST_LEVEL, f"{MANIFEST} present and well formed", 1, shape, note=LEVELS_NOTE)
     if shape:
         for check in ("public files match MANIFEST.json (size, sha256)", "experiments listed in MANIFEST.json",
                       "run id (MANIFEST.json, environment.json, identity.json, private run.json)",
                       "private files match MANIFEST.json (count, sha256)"):
-            C.skip("-", M, check, f"{MANIFEST} missing or malformed (named above)")
+            C.skip("-", MANIFEST_LEVEL, check, f"{MANIFEST} missing or malformed (named above)")
         return info
     info.update(run_id=man["run_id"], manifest=man)
     public = [f for f in files if f != MANIFEST and f not in AUDIT_OUTPUTS and not f.startswith("private/")]
-    C.add("-", M, "public files match MANIFEST.json (size, sha256)", len(man["files"]),
+    C.add("-", MANIFEST_LEVEL, "public files match MANIFEST.json (size, sha256)", len(man["files"]),
           public_files_problems(out, man, public, [d for d in dirs if d != "private" and
                                                    not d.startswith("private/")]))
-    C.add("-", M, "experiments listed in MANIFEST.json", len(man["experiments"]) + len(man["failed"]),
+    C.add("-", MANIFEST_LEVEL, "experiments listed in MANIFEST.json", len(man["experiments"]) + len(man["failed"]),
           experiments_problems(out, man))
-    C.add("-", M, "run id (MANIFEST.json, environment.json, identity.json, private run.json)",
+    C.add("-", MANIFEST_LEVEL, "run id (MANIFEST.json, environment.json, identity.json, private run.json)",
           1 + len(man["experiments"]), run_id_problems(out, man))
     private_check(C, out, man, info, public_only)
     return info
 
 
 def manifest_shape_problems(man):
-    """MANIFEST.json's shape (decision 4 of the format): exactly KEYS, the format tag, a run id, lists of names,
+    """MANIFEST.json's shape: exactly KEYS, the format tag, a run id, lists of names,
     files with an integer size and a sha256, private digests with a file count and a sha256."""
     if not isinstance(man, dict):
         return [f"{MANIFEST}: expected a JSON object, found {type(man).__name__}"]
@@ -204,15 +205,15 @@ def private_check(C, out, man, info, public_only):
     check = "private files match MANIFEST.json (count, sha256)"
     priv, root = man["private"], out / "private"
     if root.is_symlink() or (root.exists() and not root.is_dir()):
-        C.add("-", M, check, len(priv), ["private: not a directory (run.py makes O/private/ a directory)"])
+        C.add("-", MANIFEST_LEVEL, check, len(priv), ["private: not a directory (run.py makes O/private/ a directory)"])
         return
     if not root.exists():
         info["private_absent"] = sorted(priv)
         if priv:
-            C.skip("-", M, check, "O/private/ absent" + (" (--public-only)" if public_only else ""),
+            C.skip("-", MANIFEST_LEVEL, check, "O/private/ absent" + (" (--public-only)" if public_only else ""),
                    requested=not public_only)
         else:
-            C.add("-", M, check, 0, [])
+            C.add("-", MANIFEST_LEVEL, check, 0, [])
         return
     bad = [f"private/{exp}/: listed in {MANIFEST} but missing" for exp in sorted(priv)
            if not (root / exp).is_dir()]
@@ -227,7 +228,7 @@ def private_check(C, out, man, info, public_only):
                 bad.append(f"private/{p.name}/: {n} files, {MANIFEST} says {priv[p.name]['n_files']}")
             elif digest != priv[p.name]["sha256"]:
                 bad.append(f"private/{p.name}/: contents differ from {MANIFEST}'s digest (a file changed)")
-    C.add("-", M, check, len(priv), bad)
+    C.add("-", MANIFEST_LEVEL, check, len(priv), bad)
 
 
 # ---- the forger's tool ----------------------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
-"""Strict reading of evidence files: a file that cannot be read or parsed raises Unreadable (exit 2), naming the
-file and line; nothing here guesses or repairs. Also the sha256 helpers and where the cache keeps model and data."""
+"""Strict reading of evidence files: a file that cannot be read or parsed, or that is of an evidence format the
+audit does not read, raises Unreadable (exit 2), naming the file and line; nothing here guesses or repairs. Also the
+sha256 helpers and where the cache keeps model and data."""
 import hashlib
 import json
 import math
 import re
 import stat
 from pathlib import Path
+
+from evidence_audit.checks import cut
 
 REQUIRED = ["config.json", "identity.json", "records.jsonl", "summary.json", "stages.json"]
 EVIDENCE_KEYS = ("config", "identity", "records", "summary", "stages")   # the parsed REQUIRED files, in that order
@@ -216,10 +219,82 @@ def sha256_file(path, cached=True):
     return _FILE_SHA[key]
 
 
+# ---- the evidence format -----------------------------------------------------------------------------------------
+# Written again on purpose (experiments/evidence.py EVIDENCE_FORMAT): run.py stamps every JSON evidence file with the
+# version of the evidence it wrote, and a JSONL file has the format its MANIFEST.json declares. The rules below are
+# written for the formats in READS_EVIDENCE_FORMATS; any other, or a file with none (evidence written before the
+# format was versioned), would be misread, so it is refused on one line (exit 2) before any rule runs.
+
+FORMAT_KEY = "evidence_format"
+READS_EVIDENCE_FORMATS = (1, 1)      # (oldest, newest): the evidence formats this audit reads
+
+
+def format_refusal(where, obj):
+    """None when `obj` (a JSON evidence file's top level) declares an evidence format this audit reads; else the
+    one line refusing it: the file, the version found and the range read."""
+    lo, hi = READS_EVIDENCE_FORMATS
+    found = obj.get(FORMAT_KEY) if isinstance(obj, dict) else None
+    if type(found) is int and lo <= found <= hi:
+        return None
+    if not isinstance(obj, dict):
+        what = f"a JSON {type(obj).__name__}, not an object with an {FORMAT_KEY}"
+    elif FORMAT_KEY not in obj:
+        what = f"no {FORMAT_KEY} (evidence written before its format was versioned)"
+    else:
+        what = f"{FORMAT_KEY} {cut(json.dumps(found), 40)}"
+    return f"{where}: {what}; this audit reads evidence formats {lo} to {hi}"
+
+
+def evidence_object(where, obj):
+    """A JSON evidence file's top-level object without its evidence_format, once that is a format the audit reads
+    (Unreadable otherwise): the rules see the evidence itself, and their "no field without a rule" checks stay
+    strict."""
+    refusal = format_refusal(where, obj)
+    if refusal:
+        raise Unreadable(refusal)
+    return {k: v for k, v in obj.items() if k != FORMAT_KEY}
+
+
+def evidence_json_files(out):
+    """The JSON evidence files of O by the layout run.py writes, each of which carries its format: MANIFEST.json,
+    environment.json, <exp>.FAILED.json and <exp>.preregistration.json at the top, and the *.json files of each
+    experiment directory and of each O/private/<exp>/. Dot-entries, symlinks, special files and the audit's own
+    outputs are left to the manifest level, which names them."""
+    out = Path(out)
+
+    def entries(d):
+        try:
+            return sorted(p for p in d.iterdir() if not p.name.startswith(".") and not p.is_symlink())
+        except OSError as e:
+            raise Unreadable(f"{d}: cannot list ({e.strerror})")
+
+    def json_files(d):
+        return [p for p in entries(d) if p.suffix == ".json" and p.is_file()]
+
+    def dirs(d):
+        return [p for p in entries(d) if p.is_dir()]
+
+    top = [p for p in json_files(out) if p.name in ("MANIFEST.json", "environment.json")
+           or p.name.endswith((".FAILED.json", ".preregistration.json"))]
+    experiments = [p for p in dirs(out) if p.name != "private"]
+    private = dirs(out / "private") if (out / "private").is_dir() and not (out / "private").is_symlink() else []
+    return top + [f for d in experiments + private for f in json_files(d)]
+
+
+def check_formats(out):
+    """Every JSON evidence file of O read strictly and its evidence format checked: the first file the audit cannot
+    read, or whose format it does not read, raises Unreadable (one line, exit 2)."""
+    for path in evidence_json_files(out):
+        refusal = format_refusal(path, read_json(path))
+        if refusal:
+            raise Unreadable(refusal)
+
+
 def load_evidence(out, name):
     """The parsed files of experiment `name` under O and O/environment.json, by key (EVIDENCE_KEYS and
-    "environment"; None where a file is absent). Raises Unreadable for a file that cannot be parsed or a .json file
-    that is not an object."""
+    "environment"; None where a file is absent; a .json file without its evidence_format). Raises Unreadable for a
+    file that cannot be parsed, a .json file that is not an object, or one of an evidence format the audit does not
+    read."""
     exp = out / name
     ev = {"environment": read_json(out / "environment.json") if (out / "environment.json").exists() else None}
     for key, fname in zip(EVIDENCE_KEYS, REQUIRED):
@@ -228,6 +303,11 @@ def load_evidence(out, name):
     for key in ("config", "identity", "summary", "stages"):
         if ev[key] is not None and not isinstance(ev[key], dict):
             raise Unreadable(f"{exp / (key + '.json')}: line 1: expected a JSON object, found {type(ev[key]).__name__}")
+    for key, path in (("environment", out / "environment.json"), ("config", exp / "config.json"),
+                      ("identity", exp / "identity.json"), ("summary", exp / "summary.json"),
+                      ("stages", exp / "stages.json")):
+        if ev[key] is not None:
+            ev[key] = evidence_object(path, ev[key])
     return ev
 
 

@@ -9,10 +9,9 @@ import math
 import re
 from html.parser import HTMLParser
 
-from evidence_audit.checks import MISSING, same, short
+from evidence_audit.checks import ARITHMETIC, MISSING, same, short
 from evidence_audit.reading import Unreadable, parse_strict, read_json, read_jsonl, read_text
 
-A = "arithmetic"
 CHECK = "report.html (run id, every number cell)"
 MAX_CELLS = 200_000
 MAX_PAGE_BYTES = 256 << 20      # a full run's page is a few MB (plots embedded)
@@ -108,7 +107,7 @@ def report_html_check(C, out, run_id, manifest):
     level; a manifest that does not list report.html fails here (run.py always writes it)."""
     path = out / "report.html"
     if not path.is_file():
-        C.add("-", A, CHECK, 0, [] if manifest is not None and "report.html" in manifest["files"] else
+        C.add("-", ARITHMETIC, CHECK, 0, [] if manifest is not None and "report.html" in manifest["files"] else
               ["report.html: missing (run.py writes it from the evidence)"])
         return
     page = Page()
@@ -125,7 +124,8 @@ def report_html_check(C, out, run_id, manifest):
     ev = Evidence(out)
     for c in page.cells:
         bad += cell_problems(ev, c)
-    C.add("-", A, CHECK, len(page.cells) + 1, bad, note="the page is derived: every number must be the evidence's")
+    C.add("-", ARITHMETIC, CHECK, len(page.cells) + 1, bad,
+          note="the page is derived: every number must be the evidence's")
 
 
 def cell_problems(ev, c):

@@ -10,14 +10,14 @@ through deeper_levels). Each function's docstring names the row it records or th
 import json
 from dataclasses import dataclass, field
 
-from evidence_audit.checks import MISSING, compare_tree, expect, get, short
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, MISSING, compare_tree, expect, get, short
 from evidence_audit.definitions import (SPLITS, argmax_first, confirmation_scored, is_int, is_num, is_sha,
                                         is_value_of, select_items)
 from evidence_audit.model_files import local_identity_problems
 from evidence_audit.reading import EVIDENCE_KEYS, REQUIRED, load_evidence, resolve_cache, sha256_text
+import registry
 
-A = "arithmetic"
-CONFIG_SECTIONS = ("shared", "protocol", "options", "mctaco", "extraction", "harness")   # config.py's sections
+CONFIG_SECTIONS = registry.CONFIG_SECTIONS      # the config.py sections the declared experiments read
 # identity.json: fields recomputed from config.json, and facts about the producing code (checked against
 # environment.json by environment_check; the evidence itself cannot recompute them)
 IDENTITY_RECOMPUTED = {"model_sha256", "tokenizer_sha256", "data_content_sha256", "prompt_template_sha256",
@@ -44,7 +44,7 @@ def required_files(C, name, ev, extra=(), check="required files"):
     missing = ([] if ev.get("environment") is not None else ["../environment.json"])
     missing += [f for f, k in zip(REQUIRED, EVIDENCE_KEYS) if ev[k] is None]
     missing += [path for path, present in extra if not present]
-    C.add(name, A, check, len(REQUIRED) + 1 + len(extra),
+    C.add(name, ARITHMETIC, check, len(REQUIRED) + 1 + len(extra),
           [f"{name}/{f}: missing (run.py writes it; the evidence is incomplete)" for f in missing])
     return ev["config"] is not None and ev["records"] is not None
 
@@ -147,12 +147,20 @@ def identity_problems(bad, name, cfg, ident, prompt_template_sha256=None, declar
 
 
 def config_sections_problems(bad, name, cfg, sections):
-    """The config sections a score depends on: distinct config.py section names, "shared" first, the experiment's
-    own section among them; config.json says the same when it says anything."""
-    if not (isinstance(sections, list) and sections and sections[0] == "shared" and name in sections
+    """The config sections a score depends on: distinct config.py section names, "shared" first, and exactly the
+    ones registry.py declares for this experiment (for a name it does not declare: the experiment's own section
+    among them); config.json says the same when it says anything. The declaration is the current code's: evidence
+    of an experiment whose sections have since changed fails here."""
+    declared = registry.find(name)
+    if not (isinstance(sections, list) and sections and sections[0] == "shared"
             and len(set(sections)) == len(sections) and all(s in CONFIG_SECTIONS for s in sections)):
         bad.append(f"identity.json config_sections: {short(sections)} is not a list of distinct config sections "
-                   f"starting with 'shared' and naming {name!r}")
+                   "starting with 'shared'")
+    elif declared is not None and sections != list(declared.config_sections):
+        bad.append(f"identity.json config_sections: {short(sections)}, but registry.py declares "
+                   f"{list(declared.config_sections)} for {name!r}")
+    elif declared is None and name not in sections:
+        bad.append(f"identity.json config_sections: {short(sections)} does not name {name!r}")
     if "config_sections" in cfg:
         expect(bad, "config.json", "config_sections", cfg["config_sections"], sections, "identity.json config_sections")
 
@@ -166,7 +174,7 @@ def environment_check(C, name, ev):
     check = "environment.json consistency (commit, dirty, code hash, versions, run id)"
     env, ident = ev.get("environment"), ev["identity"]
     if env is None or ident is None:
-        C.skip(name, A, check, "environment.json or identity.json missing (named under 'required files')")
+        C.skip(name, ARITHMETIC, check, "environment.json or identity.json missing (named under 'required files')")
         return
     bad = []
     if not isinstance(env, dict):
@@ -179,7 +187,7 @@ def environment_check(C, name, ev):
     if not isinstance(env.get("git_dirty"), (bool, type(None))):
         bad.append(f"environment.json git_dirty: {short(env.get('git_dirty'))} is not true, false or null")
     bad += kernel_problems(env, config_block(ev["config"]) if isinstance(ev.get("config"), dict) else {})
-    C.add(name, A, check, 1, bad, note="declared facts about the producing code: compared, not recomputed")
+    C.add(name, ARITHMETIC, check, 1, bad, note="declared facts about the producing code: compared, not recomputed")
 
 
 # Written again on purpose (experiments/evidence.py KERNEL_ENV): the variables that choose the CPU kernels.
@@ -257,14 +265,15 @@ def stages_check(C, name, ev, tokens, n_items, check="stages.json token counts (
     experiment's token counts are declared, not recomputable) and the timings pass stage_time_problems."""
     stages = ev["stages"]
     if stages is None:
-        C.skip(name, A, check.split(" (")[0], "stages.json missing (named under 'required files')")
+        C.skip(name, ARITHMETIC, check.split(" (")[0], "stages.json missing (named under 'required files')")
         return
     bad = []
     if tokens is not None:
         compare_tree(bad, "stages.json", stages.get("tokens", MISSING), tokens, "tokens.")
     bad += stage_time_problems(stages)
     bad += data_parallel_problems(stages, ev["records"], calls, unit_of)
-    C.add(name, A, check, n_items, bad, note="wall times and RSS are measurements: sanity-checked, not recomputed")
+    C.add(name, ARITHMETIC, check, n_items, bad,
+          note="wall times and RSS are measurements: sanity-checked, not recomputed")
 
 
 def scored_key(item):
@@ -327,14 +336,14 @@ def whole_batches_check(C, name, ev, records, tokens, unit_of=None, token_key=la
     if dp is None:
         return
     if tokens is None:
-        C.skip(name, "identity", WHOLE_BATCHES, "needs the identity level's verified token ids, which failed")
+        C.skip(name, IDENTITY, WHOLE_BATCHES, "needs the identity level's verified token ids, which failed")
         return
     unit_of, bad = unit_of or record_unit, []
     size = config_block(ev["config"]).get("official_batch_size")
     ranks, world = dp.get("ranks"), dp.get("world_size")
     if not (is_int(size) and size >= 1 and is_int(world) and world >= 1 and isinstance(ranks, list)):
-        C.add(name, "identity", WHOLE_BATCHES, len(records), ["stages.json / config.json: no usable world size, "
-                                                               "ranks or official_batch_size"])
+        C.add(name, IDENTITY, WHOLE_BATCHES, len(records), ["stages.json / config.json: no usable world size, "
+                                                            "ranks or official_batch_size"])
         return
     rows_of = {}
     for r in records:
@@ -365,7 +374,7 @@ def whole_batches_check(C, name, ev, records, tokens, unit_of=None, token_key=la
                 is_unit(i) for i in got) else MISSING
             expect(bad, "stages.json", f"data_parallel.ranks[{k}].items_scored.{call}", got, want[k],
                    "whole batches of the one-process plan, the k-th group to rank k mod N")
-    C.add(name, "identity", WHOLE_BATCHES, len(records), bad, note=f"{len(groups)} group(s) over {world} ranks")
+    C.add(name, IDENTITY, WHOLE_BATCHES, len(records), bad, note=f"{len(groups)} group(s) over {world} ranks")
 
 
 def identity_with_whole_batches(identity, unit_of=None, token_key=lambda r: r["idx"]):
@@ -460,7 +469,7 @@ def record_shape_check(C, name, records, shape, where_of, n_choices=None, check=
         bad += record_problems(r, where, shape, n_choices)
         if extra is not None and isinstance(r, dict):
             bad += extra(r, where)
-    C.add(name, A, check, len(records), bad)
+    C.add(name, ARITHMETIC, check, len(records), bad)
     return not bad
 
 
@@ -615,7 +624,7 @@ def batching_check(C, name, cfg, records):
                               ("n_batches", len(shapes)), ("shapes", shapes)):
                 expect(bad, "config.json", f"independent.batching.{key}", facts.get(key, MISSING), want,
                        "recomputed from the records")
-    C.add(name, A, BATCHES, len(records), bad,
+    C.add(name, ARITHMETIC, BATCHES, len(records), bad,
           note=(f"batch size {size} declared (lm-eval's); counts and every batch's shape recomputed"
                 if is_int(size) else ""))
 
@@ -629,12 +638,12 @@ def dtype_check(C, name, cfg, scores):
     [(where, score)]. An edited score, or a float32 run relabelled bfloat16, is usually not."""
     dtype = config_block(cfg).get("dtype", MISSING)
     if dtype not in ("float32", "bfloat16", "float16"):
-        C.add(name, A, SCORED_DTYPE, len(scores), [f"config.json config.dtype: {short(dtype)} is not float32, "
-                                                   "bfloat16 or float16"])
+        C.add(name, ARITHMETIC, SCORED_DTYPE, len(scores), [f"config.json config.dtype: {short(dtype)} is not float32, "
+                                                            "bfloat16 or float16"])
         return
     bad = [f"{where}: {score!r} is not a {dtype} value" for where, score in scores if not is_value_of(score, dtype)]
-    C.add(name, A, SCORED_DTYPE, len(scores), bad[:20] + ([f"... {len(bad) - 20} more"] if len(bad) > 20 else []),
-          note=dtype)
+    C.add(name, ARITHMETIC, SCORED_DTYPE, len(scores),
+          bad[:20] + ([f"... {len(bad) - 20} more"] if len(bad) > 20 else []), note=dtype)
 
 
 def record_scores(records, where_of=lambda r: f"idx {r['idx']}"):
@@ -651,7 +660,7 @@ def summary_check(C, name, ev, expected, check, n_items, extra=(), identity_fiel
     summary.json's identity_checks.fields names must be one the audit re-verifies."""
     summ = ev["summary"]
     if summ is None:
-        C.skip(name, A, "summary.json values", "summary.json missing (named under 'required files')")
+        C.skip(name, ARITHMETIC, "summary.json values", "summary.json missing (named under 'required files')")
         return
     bad = []
     compare_tree(bad, "summary.json", summ, expected)
@@ -663,7 +672,7 @@ def summary_check(C, name, ev, expected, check, n_items, extra=(), identity_fiel
         else:
             bad += [f"summary.json identity_checks.fields: {f!r} is an identity field audit.py has no check for"
                     for f in fields if f not in identity_fields]
-    C.add(name, A, check, n_items, bad, note=note)
+    C.add(name, ARITHMETIC, check, n_items, bad, note=note)
 
 
 # ---- the deeper levels ---------------------------------------------------------------------------------------------
@@ -673,18 +682,18 @@ def deeper_levels(C, name, ev, levels, cache, identity, forward=None, no_forward
     (`forward(that, model_dir)` -> figures) when requested, and record a SKIPPED row for a level not requested, or
     (`no_forward`: the reason) a forward level this experiment does not have. Returns the figures for audit.json."""
     info = {}
-    if "identity" in levels or "forward" in levels:
+    if IDENTITY in levels or FORWARD in levels:
         model_dir, parquet = resolve_cache(ev["config"], cache) if ev["config"] else (None, None)
         info["model_dir"], info["data_parquet"] = str(model_dir), str(parquet)
         verified = identity(model_dir, parquet)
-        if "forward" in levels and forward is not None:
+        if FORWARD in levels and forward is not None:
             info["forward"] = forward(verified, model_dir)
-    if "identity" not in levels:
-        C.skip(name, "identity", "(whole level)", "not requested (pass --tokens)", requested=False)
+    if IDENTITY not in levels:
+        C.skip(name, IDENTITY, "(whole level)", "not requested (pass --tokens)", requested=False)
     if forward is None:
-        C.skip(name, "forward", "(whole level)", no_forward, requested="forward" in levels)
-    elif "forward" not in levels:
-        C.skip(name, "forward", "(whole level)", "not requested (pass --forward)", requested=False)
+        C.skip(name, FORWARD, "(whole level)", no_forward, requested=FORWARD in levels)
+    elif FORWARD not in levels:
+        C.skip(name, FORWARD, "(whole level)", "not requested (pass --forward)", requested=False)
     return info
 
 

@@ -3,12 +3,11 @@ tokenizer.json), candidate tokenisation, and the SST-2-shaped data parquet. toke
 inside the functions that need them: the arithmetic level never imports them."""
 from pathlib import Path
 
-from evidence_audit.checks import MISSING, expect, short
+from evidence_audit.checks import IDENTITY, MISSING, expect, short
 from evidence_audit.definitions import is_int
 from evidence_audit.model_files import TOKENIZER_FILES, is_local, rehash_problems
 from evidence_audit.reading import Unreadable, read_json, read_jsonl, sha256_file, sha256_text
 
-L = "identity"
 TOKENISATION = "tokenisation (candidate ids, start, context-prefix property)"
 _TOKENIZERS = {}
 
@@ -51,13 +50,13 @@ def private_texts_check(C, name, out, records, valid, needs, check, unchecked, t
     texts by idx, or None."""
     texts, bad = private_texts(out, name, records, valid, needs)
     if texts is None:
-        C.skip(name, L, check, f"{out / 'private' / name / 'texts.jsonl'} absent (private evidence not shipped); "
-                               f"{unchecked} NOT checked")
+        C.skip(name, IDENTITY, check, f"{out / 'private' / name / 'texts.jsonl'} absent (private evidence not "
+                                      f"shipped); {unchecked} NOT checked")
         return None
     for r in records:
         if r["idx"] in texts:
             text_problems(bad, f"idx {r['idx']}", r, texts[r["idx"]])
-    C.add(name, L, check, len(records), bad)
+    C.add(name, IDENTITY, check, len(records), bad)
     return texts
 
 
@@ -66,12 +65,12 @@ def tokenizer_or_skip(C, name, check, model_dir, ident, bad):
     `check` saying why it is not available."""
     tok_path = model_dir / "tokenizer.json" if model_dir else None
     if tok_path is None or not tok_path.exists():
-        C.skip(name, L, check, f"tokenizer not found ({tok_path}); pass --cache with the prepared cache")
+        C.skip(name, IDENTITY, check, f"tokenizer not found ({tok_path}); pass --cache with the prepared cache")
         return None
     try:
         tok = load_tokenizer(tok_path)
     except ImportError as e:
-        C.skip(name, L, check, f"cannot import tokenizers ({e})")
+        C.skip(name, IDENTITY, check, f"cannot import tokenizers ({e})")
         return None
     if is_local(ident):     # a local --model directory: every tokenizer file it had, re-hashed
         rehash_problems(bad, model_dir, ident, [r for r in sorted(ident.get("model_files") or {})
@@ -122,7 +121,8 @@ def candidate_tokenisation_check(C, name, texts, records, prompt_of, ident, mode
     forward level, or None when anything failed or could not run (the forward level must not score token lists
     this level rejected)."""
     if texts is None:
-        C.skip(name, L, check, "needs the private texts (absent); candidate token ids and boundaries NOT checked")
+        C.skip(name, IDENTITY, check,
+               "needs the private texts (absent); candidate token ids and boundaries NOT checked")
         return None
     bad = []
     tok = tokenizer_or_skip(C, name, check, model_dir, ident, bad)
@@ -136,7 +136,7 @@ def candidate_tokenisation_check(C, name, texts, records, prompt_of, ident, mode
             bad.append(f"{where_of(r)} prompt: no private text for this record; cannot re-tokenise it")
             continue
         result[key_of(r)] = retokenise(tok, prompt, r, where_of(r), bad)
-    C.add(name, L, check, len(records), bad,
+    C.add(name, IDENTITY, check, len(records), bad,
           note=f"tokenizers.Tokenizer from {model_dir / 'tokenizer.json'}, with the special tokens its own "
                "post-processor prepends")
     return None if bad else result
@@ -149,7 +149,7 @@ def multiple_choice_identity(C, name, records, ident, model_dir, texts_check, da
     Returns the verified token ids for the forward level, or None."""
     if records is None:
         for check in ("private texts", "tokenisation", "data parquet"):
-            C.skip(name, L, check, "the arithmetic level found records.jsonl or config.json unusable")
+            C.skip(name, IDENTITY, check, "the arithmetic level found records.jsonl or config.json unusable")
         return None
     texts = texts_check()
     tokens = candidate_tokenisation_check(C, name, texts, records, lambda t, r: t["prompt"], ident, model_dir)
@@ -181,12 +181,12 @@ def sst2_data_check(C, name, cfg, records, parquet, check, where_of=lambda r: f"
     """Row `check`: config.json's n_rows and canonical content hash recomputed from the data parquet, and each
     record's label and sentence hash found in it."""
     if parquet is None or not parquet.exists():
-        C.skip(name, L, check, f"data parquet not found ({parquet}); labels NOT checked against the data")
+        C.skip(name, IDENTITY, check, f"data parquet not found ({parquet}); labels NOT checked against the data")
         return
     try:
         rows = sst2_rows(parquet)
     except ImportError as e:
-        C.skip(name, L, check, f"cannot import pyarrow ({e})")
+        C.skip(name, IDENTITY, check, f"cannot import pyarrow ({e})")
         return
     bad = []
     expect(bad, "config.json", "n_rows", cfg.get("n_rows", MISSING), len(rows), f"rows in {parquet}")
@@ -200,4 +200,4 @@ def sst2_data_check(C, name, cfg, records, parquet, check, where_of=lambda r: f"
             continue
         expect(bad, w, "label", r["label"], rows[r["idx"]][0], "label in the data")
         expect(bad, w, "sentence_sha256", r["sentence_sha256"], sha256_text(rows[r["idx"]][1]), "sentence in the data")
-    C.add(name, L, check, len(records), bad, note=str(parquet))
+    C.add(name, IDENTITY, check, len(records), bad, note=str(parquet))

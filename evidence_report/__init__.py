@@ -6,7 +6,9 @@ and peak RSS, and plots where looking beats reading. Plots are PNGs embedded as 
 the page needs no network and no other file. Like audit.py it reads only the evidence files, never the code that
 wrote them; unlike audit.py it checks nothing — it shows what the evidence says. Neither report.py nor this package
 imports anything of the repository (run, experiments, harness, resources, config, adapter, bench, prepare, audit,
-evidence_audit) nor lm_eval: tests/test_report.py checks this by AST scan.
+evidence_audit) nor lm_eval: tests/test_report.py checks this by AST scan. The one exception is registry.py, plain
+data importing only the standard library: the experiments, in page order, and each one's section module, which is
+imported only from evidence_report.sections.
 
 Numbers are rounded for reading, by what they are: counts as integers, accuracies and other rates to 4 decimals,
 p-values to 3 decimals (e-notation below 0.001), differences of log-likelihoods to 2 significant digits (0.0,
@@ -19,11 +21,14 @@ clock, no path of O) and shows no audit state: it tells the reader to run audit.
 
 Every table that a test or a reader may want to find has an id: "<experiment>-<what>", e.g. "options-conditions".
 A section that cannot be rendered (evidence of an unexpected shape) shows the error and the generic table of its
-summary instead of breaking the page; the error box has class "render-error".
+summary instead of breaking the page; the error box has class "render-error". Evidence of an evidence format the
+page does not read (reading.READS_EVIDENCE_FORMATS), or of none, is not drawn at all: build raises UnknownFormat,
+one line naming the file, and report.py exits 2.
 
     cells.py              numbers as text (fmt), the number cell (data-value, data-src) and the values that carry
                           their place in the evidence (sourced)
-    reading.py            the evidence files, read with their numbers marked (read_json, read_jsonl)
+    reading.py            the evidence files, read with their numbers marked (read_json, read_jsonl); the
+                          evidence formats the page reads
     tables.py             HTML tables and the small pieces of text around them
     plots.py              the plots several experiments share (matplotlib, imported only when drawing)
     shared.py             the agreement and paired-comparison tables; stages, identity and the generic view

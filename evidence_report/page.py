@@ -6,7 +6,7 @@ import traceback
 from pathlib import Path
 
 from evidence_report.cells import esc, fmt
-from evidence_report.reading import read_json, read_optional
+from evidence_report.reading import check_formats, read_json, read_optional
 from evidence_report.sections import SECTIONS
 from evidence_report.shared import generic_section, identity_section, stages_section
 from evidence_report.tables import note, table
@@ -85,9 +85,11 @@ def run_id_of(out, names):
 
 
 def build(out):
-    """The page, deterministic: the same evidence gives the same bytes (no clock, no path of O, no audit state)."""
+    """The page, deterministic: the same evidence gives the same bytes (no clock, no path of O, no audit state).
+    Raises UnknownFormat for evidence of a format the page does not read (before any part is drawn)."""
     out = Path(out)
     names = experiment_names(out)
+    check_formats(out, names)
     env = read_optional(out / "environment.json")
     env_rows = [("run id", env.get("run_id")), ("git commit", env.get("git_commit")),
                 ("git dirty", env.get("git_dirty")), ("code sha256", env.get("code_sha256")),

@@ -2,15 +2,18 @@
 
 An experiment module exposes
 
-    NAME                        its name (the evidence goes to O/<NAME>/)
-    CONFIG_SECTIONS             the config.py sections its scores depend on, e.g. ("shared", "protocol"); run.py
-                                passes their flat merge as ctx.config and writes it into config.json and
-                                identity.json (and the result cache keys on it)
+    NAME                        its name (the evidence goes to O/<NAME>/), as declared in registry.py
+    CONFIG_SECTIONS             the config.py sections its scores depend on, e.g. ("shared", "protocol"), as
+                                declared in registry.py (registry.config_sections(NAME)); run.py passes their flat
+                                merge as ctx.config and writes it into config.json and identity.json (and the
+                                result cache keys on it)
     data_label(ctx) -> str      the data the experiment scores, for the console header printed before run()
     run(ctx: Context) -> Result
     SUPPORTS_LIMIT              optional, default False: the experiment implements --limit N
     DATA_SCHEMA                 optional, default "sst2": the schema of the --data it reads ("mctaco"; None: none);
                                 run.py routes --data by it and refuses a mismatch (run.route_data)
+    DATA_CONFIG_KEY             optional, default "data": the key of its effective config naming the data resource it
+                                reads; run.py verifies that resource once and hands it over as ctx.data
     EXACT_AGREEMENT_ONLY        optional, default False: its two paths are compared bit for bit only (no tolerance-
                                 based agreement claim), so run.py refuses it off the cpu (--device)
     NEEDS_CHAT_TEMPLATE         optional, default False: it renders prompts with the tokenizer's chat template, so
@@ -37,14 +40,24 @@ from typing import Any, Optional
 
 
 @dataclass(frozen=True)
+class Data:
+    """One data resource, verified by run.py once per run before any experiment starts: its files re-hashed
+    through the cache manifest, its content hash checked against the lock that pins it, its rows re-hashed to that
+    content hash (resources.verify_rows). An experiment reads only this; it verifies nothing again."""
+    id: str                      # the resource id (a lock id, or a prepare.py --name import)
+    schema: str                  # "sst2" | "mctaco"
+    parquet_path: Path           # its verified split (data/<id>/<split>.parquet)
+    content_sha256: str          # canonical content hash of its rows (the identity keys on it)
+    split: str                   # the split the resource holds (manifest entry "split"; validation when unnamed)
+
+
+@dataclass(frozen=True)
 class Inputs:
     """Verified resources: every file named here was re-hashed against the cache manifest before the run."""
     cache: Path                  # the prepared cache root (prepare.py --cache)
     model_dir: Path              # a Hugging Face directory: config.json, model.safetensors, tokenizer files
     model_identity: dict         # id, dir, model_sha256, tokenizer_sha256, source
-    data_id: str                 # run.py --data (SST-2-shaped unless routed to mctaco by schema)
-    parquet_path: Path           # its verified split (data/<id>/<split>.parquet)
-    data_content_sha256: str     # canonical content hash of that split
+    data: dict = field(default_factory=dict)   # resource id -> Data: every data resource this run's experiments read
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,8 @@ class Context:
     options: Options
     stages: Any                  # experiments.evidence.Stages: with ctx.stages.stage("name"): ...
     plan: Any = None             # experiments.parallel.Plan: how this process shares the work (None: one process)
+    data: Optional[Data] = None  # the data it reads (DATA_CONFIG_KEY), verified once by run.py; None: it reads none
+    environment: Optional[dict] = None   # the run's environment.json facts, computed once per run by run.py
 
 
 @dataclass

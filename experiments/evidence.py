@@ -17,6 +17,20 @@ from pathlib import Path
 
 from resources import REPO, atomic_write_bytes, atomic_write_json, atomic_write_text, dumps, sha256_bytes, sha256_file
 
+# The version of the evidence this code writes: the layout of O and the fields of every file in it. Every JSON
+# evidence file carries it as one top-level field; a JSONL file (records, texts, generations) carries nothing, so
+# its lines stay as they were: its format is the one MANIFEST.json declares. Any change to what an evidence file
+# holds (a field added, renamed, removed or given another meaning; a JSONL line of another shape) bumps it, and the
+# audit and report.py, which refuse a format they do not read on one line, learn the new one in the same change
+# (ARCHITECTURE.md, "Evidence format").
+EVIDENCE_FORMAT = 1
+FORMAT_KEY = "evidence_format"
+
+
+def stamped(obj):
+    """A JSON evidence file's top-level object with the evidence format added (a copy; obj is left as it is)."""
+    return {**obj, FORMAT_KEY: EVIDENCE_FORMAT}
+
 
 def jsonl(records):
     return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records)
@@ -50,15 +64,22 @@ class ScoringError(Exception):
 
 
 class Stages:
-    """Wall time and process peak RSS at the end of each named stage."""
+    """Wall time and process peak RSS at the end of each named stage. Stages never nest (a nested one raises): the
+    audit checks that an experiment's stages add up to its wall time, which a nested stage would count twice."""
 
     def __init__(self):
         self.stages = []
+        self.open = None
 
     @contextmanager
     def stage(self, name):
-        t0 = time.perf_counter()
-        yield
+        if self.open is not None:
+            raise RuntimeError(f"stage {name!r} opened inside stage {self.open!r}; stages are timed one after another")
+        self.open, t0 = name, time.perf_counter()
+        try:
+            yield
+        finally:
+            self.open = None
         self.stages.append({"name": name, "wall_s": round(time.perf_counter() - t0, 4),
                             "peak_rss_bytes_at_end": peak_rss_bytes()})
 
@@ -74,20 +95,57 @@ def git_identity():
     return {"git_commit": commit, "git_dirty": dirty}
 
 
-# config.py holds values, not code: each experiment's effective values are in its identity already
-# (identity.json scoring_config, and every result-cache key). Hashing the file as code would make any edit of any
-# section, e.g. a harness setting, miss every cached protocol score.
-CODE_HASH_EXCLUDES = {"config.py"}
+# The code that can change what an experiment computes from the same verified inputs and the same effective config:
+# a score, a prediction, a generation, a figure of its summary. code_sha256() hashes these files and no others, so
+# an edit of the report, the audit, bench.py or prepare.py keeps every cached score and every identity.
+CODE_FILES = (
+    "resources.py",                   # the data schemas: MC-TACO's rows, categories and question groups
+    "adapter.py",                     # the model and tokenizer as both paths load them
+    "harness/hf_model.py",            # the one model loader (dtype, attention, threads, safetensors, eval mode)
+    "experiments/protocol.py", "experiments/options.py", "experiments/mctaco.py", "experiments/extraction.py",
+    "experiments/harness.py",         # the five experiments
+    "experiments/selection.py",       # which rows are scored, in which order
+    "experiments/official.py",        # the official path (lm-eval's calls, its task, its filters and metrics)
+    "experiments/scoring.py",         # the independent path's batches and scores
+    "experiments/fast_scoring.py", "experiments/fast_check.py",    # --fast's scores and their comparison
+    "experiments/two_paths.py",       # both paths' scores, the join, the agreement figures
+    "experiments/parallel.py", "experiments/shards.py",            # the parts of a data-parallel run, gathered
+    "experiments/result_cache.py",    # a served score is the float read back from the cache
+    "experiments/stats.py",           # the uncertainty figures of every summary
+    "experiments/extraction_scorers.py", "experiments/extraction_sample.py",   # extraction's scores, audit sample
+    # what the harness experiment runs: tasks, generation, metrics, the code_exec sandbox and its leaderboard
+    "harness/tasks.py", "harness/adapters.py", "harness/runner.py", "harness/metrics.py", "harness/leaderboard.py",
+    "harness/sandbox.py", "harness/jail.py", "harness/proctree.py", "harness/strict_json.py",
+)
+
+# The repository modules the experiments import that are left out of CODE_FILES, each with the reason. A test walks
+# the experiments' imports and requires every module it reaches to be in one of the two.
+CODE_HASH_EXCLUDES = {
+    # Hashing config.py as code would make an edit of any section, e.g. a harness setting, miss every cached
+    # protocol score.
+    "config.py": "values, not code: the effective config enters the identity and the cache key section by section",
+    "run.py": "hands each experiment its Context and writes its Result; what it decides that reaches a score (the "
+              "config with --device/--threads/--dtype applied, the data, the split, the thread count) enters the "
+              "identity and the cache key as values",
+    "local_model.py": "checks and hashes a local model directory: its hashes are the model identity in the key",
+    "registry.py": "plain data: the experiments and the config sections each depends on; the sections' values "
+                   "enter the identity and the cache key",
+    "experiments/__init__.py": "the list of experiments: which ones run, not what they compute",
+    "experiments/context.py": "the Context and Result types: they carry values and compute none",
+    "experiments/evidence.py": "writes the evidence files and describes the environment (the kernel identity "
+                               "enters the cache key as a value)",
+    "experiments/launch.py": "starts and coordinates the ranks; which items a rank scores is parallel.py's rule",
+    "experiments/runlog.py": "sends library chatter to run.log",
+    "experiments/review_page.py": "renders extraction's private review pages from its records: a presentation",
+    "harness/__init__.py": "imports nothing and defines nothing",
+    "harness/cli.py": "python -m harness's command line; run.py's harness experiment calls the modules directly",
+    "harness/__main__.py": "python -m harness's entry point",
+}
 
 
 def code_sha256():
-    """Hash of the code that can change a score (top-level scripts, experiments/, harness/), independent of git.
-
-    config.py is excluded (CODE_HASH_EXCLUDES): the settings an experiment's scores depend on enter its identity as
-    values, section by section, so a change to another experiment's section does not change this one's identity."""
-    files = sorted(p for p in [*REPO.glob("*.py"), *REPO.glob("experiments/*.py"), *REPO.glob("harness/*.py")]
-                   if str(p.relative_to(REPO)) not in CODE_HASH_EXCLUDES)
-    return sha256_bytes(b"".join(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes() for p in files))
+    """Hash of the code that can change a score (CODE_FILES, by path and bytes), independent of git."""
+    return sha256_bytes(b"".join(rel.encode() + b"\0" + (REPO / rel).read_bytes() for rel in sorted(CODE_FILES)))
 
 
 def cpu_model():
@@ -144,11 +202,14 @@ def environment(threads):
 
 
 def write_json(path, obj):
-    atomic_write_json(path, obj)
+    """A JSON evidence file (config, identity, summary, stages, environment, run.json, FAILED.json), stamped with
+    the evidence format."""
+    atomic_write_json(path, stamped(obj))
 
 
 # ---- the output directory: one run per O, leftovers, a usable disk, the manifest -------------------------------
-# (PLAN decisions 1, 2, 4: run id, one run per O with --replace, temp dirs inside their areas, MANIFEST.json last)
+# (a run id everywhere; one run per O, --replace sets the old one aside; temp dirs inside the areas they become, so
+# a rename installs them; MANIFEST.json last, so its presence says the run finished)
 
 MANIFEST_FORMAT = "evidence-manifest/v1"
 MANIFEST_NAME = "MANIFEST.json"
@@ -285,7 +346,7 @@ def private_digest(exp_dir):
 
 
 def build_manifest(out, run_id, installed, failed):
-    """MANIFEST.json's content (PLAN decision 4): every public file with size and sha256, the private digests."""
+    """MANIFEST.json's content: every public file with size and sha256, the private digests."""
     out = Path(out)
     files = {}
     for rel in walk_files(out):
@@ -296,8 +357,9 @@ def build_manifest(out, run_id, installed, failed):
     area = out / "private"
     private = ({p.name: private_digest(p) for p in sorted(area.iterdir()) if p.is_dir() and not p.name.startswith(".")}
                if area.is_dir() else {})
-    return {"format": MANIFEST_FORMAT, "run_id": run_id, "experiments": list(installed), "failed": list(failed),
-            "files": files, "private": private}
+    # its evidence_format is also the format of every JSONL file it lists or digests (those carry none of their own)
+    return stamped({"format": MANIFEST_FORMAT, "run_id": run_id, "experiments": list(installed),
+                    "failed": list(failed), "files": files, "private": private})
 
 
 def write_manifest(out, run_id, installed, failed):

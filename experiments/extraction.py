@@ -31,10 +31,11 @@ import torch
 from tqdm import tqdm
 
 import resources
+import registry
 from experiments import extraction_scorers
 from experiments import official, parallel, scoring, stats, two_paths
 from experiments.context import Result
-from experiments.evidence import IdentityMismatch, jsonl
+from experiments.evidence import EVIDENCE_FORMAT, FORMAT_KEY, IdentityMismatch, jsonl
 from experiments.extraction_sample import AUDIT_RULE, choose_audit_sample, class_weights
 from experiments.review_page import build_review_page
 from experiments.scoring import sha256_text
@@ -42,7 +43,7 @@ from experiments.selection import config_head, confirmation_items_scored, load_r
 
 NAME = "extraction"
 DATA_PARALLEL = True   # its generations go through parallel.shard_map (torchrun, --shard, --merge)
-CONFIG_SECTIONS = ("shared", "extraction")
+CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
 EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device without that claim
 NEEDS_CHAT_TEMPLATE = True     # the prompts go through the tokenizer's chat template (run.py checks a local model)
 PREREGISTRATION_FILE = "extraction.preregistration.json"     # in O/, written before the model is loaded
@@ -59,7 +60,7 @@ HUMAN_REVIEW_NULL = {
 
 
 def data_label(ctx):
-    return ctx.inputs.data_id
+    return ctx.data.id
 
 
 def utc_now():
@@ -79,9 +80,10 @@ def preregistration(ctx, rows, idx_list):
         s["sentence_sha256"] = sha256_text(rows[s["idx"]]["sentence"])
     return {
         "format": "extraction-audit-sample/v1", "experiment": NAME, "split": ctx.split,
+        FORMAT_KEY: EVIDENCE_FORMAT,     # in the dict, not added on writing: config.json restates it whole
         "rule": AUDIT_RULE, "salt": config["extraction_audit_salt"],
         "per_class": config["extraction_audit_per_class"],
-        "population": {"data": ctx.inputs.data_id, "data_content_sha256": ctx.inputs.data_content_sha256,
+        "population": {"data": ctx.data.id, "data_content_sha256": ctx.data.content_sha256,
                        "item_idx": list(idx_list), "labels": [l for _, l in idx_labels]},
         "class_weights": class_weights(idx_labels, sample),
         "weighted_estimate_rule": config["extraction_weighted_estimate_rule"],
@@ -494,7 +496,7 @@ def run(ctx):
         raise resources.ResourceError("extraction_crosscheck_lm_eval is off: a data-parallel extraction run needs "
                                       "both paths (the audit checks each one's items per rank); run it in one process")
     with stages.stage("selection"):
-        rows = load_rows(ctx.inputs.parquet_path)
+        rows = load_rows(ctx.data.parquet_path)
         idx_list = select_items(config, ctx.split, len(rows))
     # The audit sample is chosen and written now: nothing model-related exists yet in this process's run.
     with stages.stage("audit_sample_preregistration"):

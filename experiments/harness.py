@@ -1,4 +1,4 @@
-"""The mini harness on the prepared SmolLM2 (seed study 002): the fixture tasks, greedy chat replies, five metrics.
+"""The mini harness on the prepared SmolLM2: the fixture tasks, greedy chat replies, five metrics.
 
 Tasks come from config["harness_tasks_dir"], which must exist, or by default from the shipped fixture tasks
 (fixtures/harness_tasks), read in place: no working directory is made (nothing public holds prompts or targets).
@@ -35,9 +35,10 @@ from types import SimpleNamespace
 from tqdm import tqdm
 
 import adapter as model_adapter
+import registry
 from experiments import parallel
 from experiments.context import Context, Result
-from experiments.evidence import IdentityMismatch
+from experiments.evidence import IdentityMismatch, stamped
 from harness import leaderboard, runner
 from harness.adapters import make_adapter
 from harness.sandbox import DEFAULT_LIMITS, SandboxUnavailable
@@ -46,7 +47,7 @@ from resources import ResourceError, sha256_file
 
 NAME = "harness"
 DATA_PARALLEL = True   # its examples go through parallel.shard_map (torchrun, --shard, --merge)
-CONFIG_SECTIONS = ("shared", "harness")
+CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
 NEEDS_CHAT_TEMPLATE = True     # the model adapter renders every prompt with the chat template (run.py checks it)
 PROMPT_RULE = ("tokenizer.apply_chat_template([{'role': 'user', 'content': prompt}], add_generation_prompt=True); "
                "no other text added")
@@ -222,7 +223,8 @@ def run(ctx: Context) -> Result:
                               config["harness_include_per_example"])
     public_board = {k: v for k, v in board.items() if k != "per_example"}
     template = tokenizer.chat_template or ""
-    private = {"leaderboard.json": leaderboard.dumps(board)}
+    # both leaderboard files are evidence in O: stamped with the evidence format (summary.json keeps the board)
+    private = {"leaderboard.json": leaderboard.dumps(stamped(board))}
     if hasattr(adapter, "generations"):
         private["generations.jsonl"] = generations_jsonl(tasks, examples, adapter.generations)
     for name, t in tasks.items():
@@ -232,4 +234,4 @@ def run(ctx: Context) -> Result:
                   records=[record_of(e) for e in examples], summary=summary_of(split, tasks, public_board),
                   headline=headline(board, split), token_stats=dict(getattr(adapter, "tokens", {})),
                   prompt_template_sha256=hashlib.sha256(prompt_identity.encode("utf-8")).hexdigest(),
-                  public={"leaderboard.json": leaderboard.dumps(public_board)}, private=private)
+                  public={"leaderboard.json": leaderboard.dumps(stamped(public_board))}, private=private)

@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from experiments import EXPERIMENTS, parallel, shards
+import registry
+from experiments import parallel, shards
 from experiments.evidence import peak_rss_bytes
 from resources import ResourceError
 
@@ -70,7 +71,8 @@ def check_parallel(plan, args, modules):
     if bad:
         import importlib
 
-        ok = [n for n in EXPERIMENTS if getattr(importlib.import_module(f"experiments.{n}"), "DATA_PARALLEL", False)]
+        ok = [e.name for e in registry.EXPERIMENTS
+              if getattr(importlib.import_module(e.runner), "DATA_PARALLEL", False)]
         raise ResourceError(f"{how}: experiment(s) {', '.join(bad)} do not run data-parallel; name the ones that do "
                             f"with --experiment ({', '.join(ok)}), and run the others in one process")
     if args.fast:
@@ -95,12 +97,12 @@ def on_rank0(plan, fn, *fn_args):
 
 def shard_identity(plan, args, configs, inputs, env):
     """What every shard of one run shares, and a merge must find again: the scoring arguments, each experiment's
-    effective config (`configs`), model, tokenizer and data hashes, code hash, library versions, the number of
-    shards."""
+    effective config (`configs`), model and tokenizer hashes, the content hash of each data resource read, code
+    hash, library versions, the number of shards."""
     return {"args": args.as_given, "n_shards": plan.world, "configs": configs,
             "model_sha256": inputs.model_identity["model_sha256"],
             "tokenizer_sha256": inputs.model_identity["tokenizer_sha256"],
-            "data_content_sha256": inputs.data_content_sha256,
+            "data_content_sha256": {data_id: data.content_sha256 for data_id, data in sorted(inputs.data.items())},
             "code_sha256": env["code_sha256"], "versions": env["versions"]}
 
 

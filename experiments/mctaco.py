@@ -1,4 +1,4 @@
-"""MC-TACO in lm-eval 0.4.9.2 (seed study 004): acc and corpus F1 on question-candidate documents, the paper's
+"""MC-TACO in lm-eval 0.4.9.2: acc and corpus F1 on question-candidate documents, the paper's
 exact match per question, and what `--limit N` does to all three.
 
 lm-eval's mc_taco task (tasks/mc_taco/default.yaml) turns every MC-TACO question into one document per candidate
@@ -34,13 +34,14 @@ import warnings
 from tqdm import tqdm
 
 import resources
+import registry
 from experiments import fast_check, official, parallel, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from resources import ResourceError
 
 NAME = "mctaco"
-CONFIG_SECTIONS = ("shared", "protocol", "mctaco")   # protocol: target_delimiter and num_fewshot
+CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
 EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device without that claim
 TASK_YAML = "tasks/mc_taco/default.yaml"
 TASK_NAME = "mc_taco"
@@ -50,6 +51,7 @@ SUPPORTS_LIMIT = True
 DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
 DOCUMENTS_ARE_GROUP_PARTS = True
 DATA_SCHEMA = "mctaco"      # run.py routes MC-TACO-shaped --data here (config mctaco_data), SST-2-shaped data not
+DATA_CONFIG_KEY = "mctaco_data"   # the config key naming the data it reads (run.py verifies it: ctx.data)
 
 # What lm-eval 0.4.9.2 does with `limit` (file, first-last line, a snippet those lines must contain, what it means).
 # check_shuffle_source() re-reads the installed files and fails the run if a snippet moved.
@@ -80,38 +82,18 @@ NO_SHUFFLE_FILES = ["evaluator.py", "evaluator_utils.py", "api/task.py", "utils.
 # ---- data ------------------------------------------------------------------------------------------------------
 
 def data_label(ctx):
-    return ctx.config["mctaco_data"]
+    return ctx.data.id
 
 
-def load_mctaco_rows(ctx):
-    """The MC-TACO resource named by config.mctaco_data (run.py sets it from an MC-TACO-shaped --data), re-hashed
-    through the manifest and checked against the lock that pins it (resources.lock.json, or CACHE/user.lock.json
-    for a prepare.py --name import), its rows re-verified against that lock's facts. Returns
-    (rows, parquet, manifest entry); the entry's "split" is the split the resource holds."""
-    cache, data_id = ctx.inputs.cache, ctx.config["mctaco_data"]
-    parquet, entry = resources.verified_data(cache, data_id)
-    if entry.get("schema") != "mctaco":
-        raise ResourceError(f"{cache / resources.MANIFEST}: resource {data_id!r} is not MC-TACO-shaped data "
-                            f"(schema {entry.get('schema', 'sst2')!r}); name MC-TACO data with --data")
-    rows = resources.read_mctaco_parquet(parquet)
-    lock_entry, _ = resources.data_lock_entry(cache, data_id)
-    resources.verify_rows(rows, lock_entry, str(parquet), resources.MCTACO)
-    return rows, parquet, entry
-
-
-def data_split(entry):
-    return entry.get("split", "validation")
-
-
-def split_choice(entry):
+def split_choice(split):
     """Which split lm-eval evaluates, and why: the stock mc_taco YAML names test_split "test" and lm-eval then
     evaluates it (eval_docs, lm_eval/api/task.py:687-696). A test-split resource (mc-taco-test) is served as the
     test split and that choice is followed; a validation-split resource is served as validation and the choice is
     overridden by test_split None. Either way config.json records it."""
-    if data_split(entry) == "test":
+    if split == "test":
         return {"stock_task_evaluates": "test", "data_split": "test", "scored": "test", "stock_choice": "followed",
                 "how": "the verified parquet is served as the test split; test_split stays 'test'"}
-    return {"stock_task_evaluates": "test", "data_split": data_split(entry), "scored": data_split(entry),
+    return {"stock_task_evaluates": "test", "data_split": split, "scored": split,
             "stock_choice": "overridden",
             "how": "the verified parquet is served as the validation split and test_split is set to None"}
 
@@ -646,21 +628,17 @@ def limit_demonstration(records, questions, doc_idx, limit_ns, limit_runs, limit
     return rows, shuffle
 
 
-def config_of(ctx, rows, data_entry, questions, doc_idx, selection, limit_ns, official_meta, independent_meta):
+def config_of(ctx, rows, questions, doc_idx, selection, limit_ns, official_meta, independent_meta):
     """config.json: what was run, on which documents and questions, and the official task as loaded."""
     config = ctx.config
     return {
         "experiment": NAME, "split": ctx.split, "confirmation_items_scored": False,
-        "data": config["mctaco_data"], "data_content_sha256": data_entry["content_sha256"], "n_rows": len(rows),
-        "data_split": data_split(data_entry), "split_choice": split_choice(data_entry),
-        "data_parquet": str(resources.data_parquet(ctx.inputs.cache, config["mctaco_data"], data_entry).relative_to(
-            ctx.inputs.cache)),
+        "data": ctx.data.id, "data_content_sha256": ctx.data.content_sha256, "n_rows": len(rows),
+        "data_split": ctx.data.split, "split_choice": split_choice(ctx.data.split),
+        "data_parquet": str(ctx.data.parquet_path.relative_to(ctx.inputs.cache)),
         "data_routing": ("run.py --data (MC-TACO-shaped, routed here by schema)" if config["mctaco_data"] ==
                          config["data"] else "config mctaco_data (run.py's --data was not given or is not "
                                              "MC-TACO-shaped)"),
-        "run_py_data": {"id": ctx.inputs.data_id, "content_sha256": ctx.inputs.data_content_sha256,
-                        "note": "run.py's --data resource: verified by run.py. identity.json's data_content_sha256 "
-                                "is this experiment's own data, `data` / `data_content_sha256` above."},
         "selection": {**selection, "documents": doc_idx, "smoke_questions": config["mctaco_smoke_questions"],
                       "allow_partial_groups": ctx.options.allow_partial_groups,
                       "question_id": "sha256 of f'{sentence}\\t{question}' (UTF-8)"},
@@ -674,7 +652,7 @@ def config_of(ctx, rows, data_entry, questions, doc_idx, selection, limit_ns, of
 
 def run(ctx):
     config = ctx.config
-    rows, parquet, data_entry = load_mctaco_rows(ctx)
+    rows = resources.read_mctaco_parquet(ctx.data.parquet_path)   # verified by run.py (ctx.data)
     questions = resources.mctaco_questions(rows)
     doc_idx, selection = select_documents(ctx, rows, questions)
     items = build_items(rows, doc_idx, questions, config)
@@ -683,7 +661,7 @@ def run(ctx):
 
     fast_mode = ((lambda model, tokenizer: fast_check.run_fast(ctx, items, model, tokenizer)) if ctx.options.fast
                  else None)
-    calls = scoring_calls(ctx, items, parquet, selection, list(limit_ns), data_split(data_entry))
+    calls = scoring_calls(ctx, items, ctx.data.parquet_path, selection, list(limit_ns), ctx.data.split)
     scored = two_paths.score_twice(ctx, calls, prompt_template_sha256(config), fast_mode)
     (per_doc, official_meta), (independent, independent_meta) = scored.official[""], scored.independent[""]
     official_meta["documents_passed_as_samples"] = (sorted(it["idx"] for it in items)
@@ -709,7 +687,7 @@ def run(ctx):
                 raise IdentityMismatch("fast mode disagrees with parity mode (an argmax changed or a score moved "
                                        f"more than fast_tolerance={config['fast_tolerance']})", bad)
 
-    return Result(config=config_of(ctx, rows, data_entry, questions, doc_idx, selection, limit_ns, official_meta,
+    return Result(config=config_of(ctx, rows, questions, doc_idx, selection, limit_ns, official_meta,
                                    independent_meta),
                   records=records, summary=summary,
                   token_stats={**two_paths.candidate_token_stats(records), "limit_run_documents": sum(limit_ns)},

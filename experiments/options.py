@@ -1,4 +1,4 @@
-"""Option order and scoring space (seed study 003): A or the text?
+"""Option order and scoring space: A or the text?
 
 Five zero-shot conditions score every selected item (no chat template, no few-shot examples):
 
@@ -28,6 +28,7 @@ paired analysis -> evidence.
 import hashlib
 import json
 
+import registry
 from experiments import official, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
@@ -35,7 +36,7 @@ from experiments.selection import config_head, confirmation_items_scored, load_r
 from resources import ResourceError
 
 NAME = "options"
-CONFIG_SECTIONS = ("shared", "protocol", "options")
+CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
 EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device without that claim
 DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
 TASK_YAML = "tasks/glue/sst2/default.yaml"
@@ -155,7 +156,7 @@ def paired(recs_a, recs_b):
 # ---- items --------------------------------------------------------------------------------------------------
 
 def data_label(ctx):
-    return ctx.inputs.data_id
+    return ctx.data.id
 
 
 def build_items(rows, idx_list, config, conditions):
@@ -498,10 +499,10 @@ def run(ctx):
     config = ctx.config
     conditions = conditions_from_config(config)
     comparisons = [tuple(x) for x in config["options_comparisons"]]
-    rows = load_rows(ctx.inputs.parquet_path)
+    rows = load_rows(ctx.data.parquet_path)
     idx_list = select_items(config, ctx.split, len(rows))
     items = build_items(rows, idx_list, config, conditions)
-    task_fields = check_official_prompt(ctx.inputs.parquet_path, config)
+    task_fields = check_official_prompt(ctx.data.parquet_path, config)
     records, official_meta, independent_meta = score_and_compare(ctx, items, conditions)
     summary = summarise(records, conditions, comparisons, ctx.split)
 

@@ -1,4 +1,4 @@
-"""The official SST-2 protocol, scored twice (seed study 000).
+"""The official SST-2 protocol, scored twice.
 
 Every selected item is scored by lm-eval 0.4.9.2 with its installed glue/sst2 task, and by the independent path
 in experiments/scoring.py, which forms the batches lm-eval forms for the same items (official_batch_size) and so
@@ -14,13 +14,14 @@ compare -> evidence.
 """
 import hashlib
 
+import registry
 from experiments import fast_check, official, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
 
 NAME = "protocol"
-CONFIG_SECTIONS = ("shared", "protocol")
+CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
 DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 TASK_NAME = "sst2"
@@ -31,7 +32,7 @@ def prompt_template_sha256(config):
 
 
 def data_label(ctx):
-    return ctx.inputs.data_id
+    return ctx.data.id
 
 
 def build_items(rows, idx_list, config):
@@ -88,7 +89,7 @@ def official_part(ctx, lm, items):
     """lm-eval with the installed task on these items (see indices_for_lm_eval for the order): ({doc_id: {"sample":
     logged sample, "boundaries": lm-eval's token boundaries}}, meta)."""
     passed, _ = indices_for_lm_eval([it["idx"] for it in items], sort=not ctx.options.no_sort_samples)
-    cfg = official.task_config(TASK_YAML, ctx.inputs.parquet_path)
+    cfg = official.task_config(TASK_YAML, ctx.data.parquet_path)
     results = official.evaluate(lm, cfg, TASK_NAME, passed, ctx.config["seed"])
     meta = {
         "lm_eval_version": official.version(),
@@ -243,7 +244,7 @@ def score_and_compare(ctx, items):
 
 
 def run(ctx):
-    rows = load_rows(ctx.inputs.parquet_path)
+    rows = load_rows(ctx.data.parquet_path)
     idx_list = select_items(ctx.config, ctx.split, len(rows))
     items = build_items(rows, idx_list, ctx.config)
     records, texts, summary, official_meta, independent_meta = score_and_compare(ctx, items)

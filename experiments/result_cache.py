@@ -6,8 +6,8 @@ same (the identity contract in ARCHITECTURE.md):
     run part   model sha256, tokenizer sha256, data content sha256, prompt/template sha256, the scoring config
                (as run.py's identity.json scoring_config: the experiment's effective config, i.e. the config.py
                sections in its CONFIG_SECTIONS merged flat; + the scorer name), code sha256
-               (evidence.code_sha256(): every top-level *.py but config.py, experiments/*.py and harness/*.py, so
-               any code change misses; config.py's values enter through the scoring config, section by section),
+               (evidence.code_sha256(): the files of evidence.CODE_FILES, the code that can change a score, so a
+               change there misses; config.py's values enter through the scoring config, section by section),
                library versions, and the platform: the CPU model and what chooses its kernels
                (evidence.kernel_identity: MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY, the thread settings and the
                other variables in evidence.KERNEL_ENV, torch's parallel info, the MKL and oneDNN builds): the same
@@ -46,14 +46,10 @@ API (the protocol and MC-TACO experiments use it; another experiment can adopt i
     cache.get_batch(rows, picks) / cache.put_batch(rows, picks, scores)
                                                      # the hook scoring.score_batches calls, one commit per batch
     cache.stats()                                    # {"hits", "misses", "corrupted", "written", ...}
-
-Test hook: with EVAL_TEST_KILL_AFTER_BATCHES=K in the environment, the process kills itself with SIGKILL once K
-forward batches have been committed (used to show that a killed run resumes).
 """
 import hashlib
 import json
 import os
-import signal
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -67,7 +63,6 @@ def scoring_config(config):
 
 
 DEFAULT_FILE = "results.sqlite"
-KILL_ENV = "EVAL_TEST_KILL_AFTER_BATCHES"
 
 
 def canonical(obj):
@@ -179,7 +174,6 @@ class ResultCache:
         self.db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?)", (self.run_sha, self.run_json))
         self.counts = {"hits": 0, "misses": 0, "corrupted": 0, "written": 0}
         self.corrupted_items = []
-        self.committed_batches = 0
         self._in_batch = False
 
     def key(self, item):
@@ -246,8 +240,6 @@ class ResultCache:
         """Store one computed batch, committed at once (a killed run keeps every batch it finished)."""
         with self.batch():
             self.put(batch_item(rows, picks), list(scores))
-        self.committed_batches += 1
-        kill_hook(self.committed_batches)
 
     def stats(self):
         return {"enabled": True, "path": str(self.path), "run_identity_sha256": self.run_sha, **self.counts,
@@ -266,10 +258,14 @@ def open_for(ctx, scorer, prompt_template_sha256, extra=None):
     """The cache of a run.py experiment context (experiments.context.Context), or None with --no-cache."""
     if ctx.options.no_cache:
         return None
-    mi = ctx.inputs.model_identity
+    mi, env = ctx.inputs.model_identity, ctx.environment
+    facts = ({} if env is None else   # the run's environment, computed once by run.py (None: computed here)
+             {"code_sha256": env["code_sha256"], "versions": env["versions"],
+              "platform": {"cpu": env["cpu"], "platform": env["platform"], "kernels": env["kernels"]}})
     run = run_identity(model_sha256=mi["model_sha256"], tokenizer_sha256=mi["tokenizer_sha256"],
-                       data_content_sha256=ctx.inputs.data_content_sha256,
-                       prompt_template_sha256=prompt_template_sha256, config=ctx.config, scorer=scorer, extra=extra)
+                       data_content_sha256=ctx.data.content_sha256 if ctx.data is not None else None,
+                       prompt_template_sha256=prompt_template_sha256, config=ctx.config, scorer=scorer, extra=extra,
+                       **facts)
     path = Path(ctx.inputs.cache) / ctx.config.get("result_cache_file", DEFAULT_FILE)
     try:
         return ResultCache(path, run)
@@ -295,13 +291,6 @@ def close_with_stats(cache, scored, n_cached, n_items_cached):
     if cache is not None:
         cache.close()
     return stats
-
-
-def kill_hook(n_done):
-    """Test hook: SIGKILL this process once n_done batches are committed and EVAL_TEST_KILL_AFTER_BATCHES is n_done."""
-    k = os.environ.get(KILL_ENV)
-    if k is not None and n_done == int(k):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 COUNTS = ("hits", "misses", "corrupted", "written", "candidate_scores", "from_cache", "computed", "items_from_cache")

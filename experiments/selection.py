@@ -77,6 +77,6 @@ def config_head(ctx, name, n_rows, idx_list):
     """The part of config.json every experiment on the SST-2 items writes: what was run, on which data and
     model, which items, with which effective config."""
     return {"experiment": name, "split": ctx.split, "confirmation_items_scored": confirmation_items_scored(ctx.split),
-            "data": ctx.inputs.data_id, "data_content_sha256": ctx.inputs.data_content_sha256, "n_rows": n_rows,
+            "data": ctx.data.id, "data_content_sha256": ctx.data.content_sha256, "n_rows": n_rows,
             "selection": selection_block(ctx.config, ctx.split, idx_list), "config": ctx.config,
             "model": ctx.inputs.model_identity}

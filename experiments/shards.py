@@ -14,6 +14,7 @@ two shards, an item missing, or an item in a shard the rule does not assign it t
 import json
 from pathlib import Path
 
+from experiments.evidence import EVIDENCE_FORMAT, FORMAT_KEY, stamped
 from resources import ResourceError, atomic_write_text
 
 NAME = "SHARD.json"
@@ -23,7 +24,7 @@ MAX_BYTES = 2 * 1024 ** 3
 
 def write_shard(out, k, n, identity, results, run):
     """O/SHARD.json: shard k of n (1-based), its identity, its recorded results and its run facts."""
-    doc = {"format": FORMAT, "shard": {"k": k, "n": n}, "identity": identity, "results": results, "run": run}
+    doc = stamped({"format": FORMAT, "shard": {"k": k, "n": n}, "identity": identity, "results": results, "run": run})
     atomic_write_text(Path(out) / NAME, json.dumps(doc, sort_keys=True, ensure_ascii=False))
 
 
@@ -54,6 +55,11 @@ def read_shard(directory):
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise ResourceError(f"--merge {path}: format {found!r}, expected {FORMAT!r}")
+    found = doc.get(FORMAT_KEY)
+    if type(found) is not int or found != EVIDENCE_FORMAT:      # a shard replays into evidence of this format only
+        what = f"{FORMAT_KEY} {json.dumps(found)[:40]}" if FORMAT_KEY in doc else f"no {FORMAT_KEY}"
+        raise ResourceError(f"--merge {path}: {what}; this run.py merges evidence format {EVIDENCE_FORMAT} only (a "
+                            "shard written by another version of run.py: re-run the shards with this one)")
     for key in ("shard", "identity", "results", "run"):
         if not isinstance(doc.get(key), dict):
             raise ResourceError(f"--merge {path}: field {key!r} missing or not an object")

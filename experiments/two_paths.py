@@ -228,15 +228,20 @@ def score_twice(ctx, calls, template_sha256, fast=None):
             loaded[path] = load_official_model(ctx) if path == "official" else load_independent_model(ctx)
         return loaded[path]
 
-    def timed(stage, fn):
-        with ctx.stages.stage(stage):
-            return fn()
+    def timed(stage, path, work):
+        """work(model) inside `stage`, the model loaded first: a load is its own stage, never nested in another
+        (stages.json's stages add up to the experiment's wall time)."""
+        def fn(part):
+            model = model_of(path)
+            with ctx.stages.stage(stage):
+                return work(model, part)
+        return fn
 
     for c in calls:
         assigned[c.suffix] = by_whole_batches(ctx, c.units(c.items), c.key) if c.units else {"may_be_empty": True}
         out.official[c.suffix] = parallel.shard_map(
             ctx, "official" + c.suffix, c.items, key=c.key, combine=c.combine_official, **assigned[c.suffix],
-            fn=lambda part, c=c: timed("official" + c.suffix, lambda: c.official(model_of("official"), part)))
+            fn=timed("official" + c.suffix, "official", c.official))
         if c.check_official is not None and out.official[c.suffix][1] is not None:
             c.check_official(out.official[c.suffix][1])
     loaded.pop("official", None)
@@ -246,8 +251,7 @@ def score_twice(ctx, calls, template_sha256, fast=None):
         out.independent[c.suffix] = parallel.shard_map(
             ctx, "independent" + c.suffix, c.items, key=c.key,
             combine=c.combine_independent or (combine_independent if c.units else None), **assigned[c.suffix],
-            fn=lambda part, c=c, score=score: timed("independent" + c.suffix, lambda: score(*model_of("independent"),
-                                                                                           part)))
+            fn=timed("independent" + c.suffix, "independent", lambda model, part, score=score: score(*model, part)))
     if fast is not None:
         out.fast = fast(*model_of("independent"))
     loaded.clear()

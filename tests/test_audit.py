@@ -116,8 +116,40 @@ def test_audit_imports_nothing_from_the_repository_or_lm_eval(path):
     # absolute imports only, so that every import names its root: "." could hide anything
     bad = [(r, n.lineno) for r, n in roots if r in FORBIDDEN or r == "."]
     assert not bad, f"{path.name} imports repository/lm_eval modules: {bad}"
-    # no dynamic imports at all: a string naming a forbidden module could hide in any of them
-    assert not dynamic, f"{path.name} makes dynamic imports: {dynamic}"
+    # no dynamic imports but one: a string naming a forbidden module could hide in any of them. The exception is the
+    # loader of the rules registry.py names, which refuses any module outside evidence_audit.rules
+    # (test_rules_are_loaded_from_the_audit_package_only)
+    allowed = [("import_module", "module")] if path == PACKAGE / "rules" / "__init__.py" else []
+    assert dynamic == allowed, f"{path.name} makes dynamic imports: {dynamic}"
+
+
+def test_rules_are_loaded_from_the_audit_package_only():
+    """registry.py names each rule as a string; the audit imports it only from evidence_audit.rules."""
+    from evidence_audit.rules import RULES, load_rule
+    import registry
+
+    assert list(RULES) == list(registry.NAMES)
+    assert load_rule("evidence_audit.rules.protocol:audit_protocol") is RULES["protocol"]
+    for name in ("experiments.protocol:run", "run:main", "evidence_audit.rules.x.y:f", "evidence_audit.rules.:f",
+                 "evidence_audit.rules.protocol", "evidence_audit.rulesx.protocol:audit_protocol"):
+        with pytest.raises(ValueError):
+            load_rule(name)
+
+
+def test_run_wide_options_travel_on_the_checks_not_in_module_globals():
+    """--threads and --review reach the rules as C.options (checks.AuditOptions): no module of the audit rebinds a
+    global, and none sets another module's attribute, so two audits in one process cannot leak into each other."""
+    for path in AUDIT_SOURCES:
+        tree = ast.parse(path.read_text())
+        rebinds = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Global)]
+        module_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                        for a in n.names}
+        sets = [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AugAssign))
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in module_names]
+        assert not rebinds and not sets, f"{path.name}: global {rebinds}, another module's attribute set {sets}"
+    default = audit_checks.Checks().options
+    assert (default.threads, default.review_sheet) == (1, None)
 
 
 @pytest.mark.parametrize("path", AUDIT_SOURCES, ids=lambda p: p.relative_to(conftest.REPO).as_posix())
@@ -127,7 +159,8 @@ def test_default_level_imports_only_the_standard_library(path):
     tree = ast.parse(path.read_text())
     top = [a.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for a in node.names]
     top += [node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom)]
-    extra = set(top) - set(sys.stdlib_module_names) - {"evidence_audit"}
+    # registry.py: plain data importing only the standard library (tests/test_registry.py)
+    extra = set(top) - set(sys.stdlib_module_names) - {"evidence_audit", "registry"}
     assert not extra, f"{path.name}: module-level non-stdlib imports: {extra}"
 
 
@@ -353,7 +386,7 @@ def test_tie_rule_and_majority_tie_recomputed(evidence):
 @pytest.mark.slow
 def test_experiment_without_a_rule_is_reported_not_ignored(evidence):
     (evidence / "newstudy").mkdir()
-    (evidence / "newstudy" / "summary.json").write_text("{}")
+    (evidence / "newstudy" / "summary.json").write_text('{"evidence_format": 1}')
     manifest_level.reseal(evidence)
     proc = audit(evidence)
     assert proc.returncode == 1
@@ -569,7 +602,10 @@ def test_record_shape_names_record_and_field():
 # -- the harness rule on a tiny synthetic evidence directory: every shared group runs for it too --
 
 def _write(path, obj):
+    """A JSON object is written as run.py writes an evidence file: stamped with the evidence format."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(obj, dict):
+        obj = {**obj, "evidence_format": 1}
     path.write_text(json.dumps(obj, indent=1, sort_keys=True) if not isinstance(obj, str) else obj)
 
 
@@ -620,8 +656,8 @@ TINY_REPORT = (f'<!doctype html><html><head><meta name="evidence-run-id" content
 
 
 def seal(out, experiments=("harness",)):
-    """Write O/MANIFEST.json as run.py does (decision 4 of the issue-15 plan), written here independently of the
-    audit's reader so that the two can disagree."""
+    """Write O/MANIFEST.json as run.py does (every public file with size and sha256, the private digests), written
+    here independently of the audit's reader so that the two can disagree."""
     sha = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()      # noqa: E731
     files = {p.relative_to(out).as_posix(): {"size": p.stat().st_size, "sha256": sha(p)}
              for p in sorted(out.rglob("*")) if p.is_file() and p.name not in ("MANIFEST.json", "audit.json")
@@ -631,7 +667,7 @@ def seal(out, experiments=("harness",)):
         lines = sorted(f"{p.relative_to(d).as_posix()}\t{sha(p)}\n" for p in d.rglob("*") if p.is_file())
         private[d.name] = {"n_files": len(lines), "sha256": hashlib.sha256("".join(lines).encode()).hexdigest()}
     man = {"format": "evidence-manifest/v1", "run_id": RUN_ID, "experiments": list(experiments), "failed": [],
-           "files": files, "private": private}
+           "files": files, "private": private, "evidence_format": 1}
     (out / "MANIFEST.json").write_text(json.dumps(man, indent=1, sort_keys=True))
     return out
 
@@ -684,7 +720,7 @@ def test_every_experiment_of_a_smoke_run_passes_every_shared_group(smoke_run, tm
             assert any(n.startswith(prefix) for n in names), (exp, prefix, names)
 
 
-# ---- issue 15: the manifest level, strict reading, environment.json, report.html, the headline --------------------
+# ---- the manifest level, strict reading, environment.json, report.html, the headline -----------------------------
 # All on the tiny synthetic harness evidence (fast, sealed by `seal` above as run.py seals real evidence); the slow
 # tests above audit real sealed evidence from run.py.
 
@@ -756,7 +792,7 @@ MANIFEST_TAMPERS = {
     "report deleted": (lambda o: (o / "report.html").unlink(), "public files", "report.html: listed"),
     "experiment deleted": (lambda o: shutil.rmtree(o / "harness"), "experiments listed", "harness/: experiment"),
     "experiment renamed to a dot-dir": (_rename_dot, "experiments listed", "harness/: experiment listed"),
-    "failure record added": (lambda o: _write(o / "protocol.FAILED.json", "{}"), "experiments listed",
+    "failure record added": (lambda o: _write(o / "protocol.FAILED.json", {}), "experiments listed",
                              "protocol.FAILED.json: a failure record"),
     "records.jsonl a symlink outside O": (_link_records_outside, "no symlinks", "harness/records.jsonl: a symlink"),
     "symlink in private": (lambda o: (o / "private/harness/x").symlink_to("/etc/hostname"), "no symlinks",

@@ -180,12 +180,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun(*args, env=None, cwd=REPO, nproc=2, timeout=1200):
-    """`torchrun --nproc_per_node 2 run.py ARGS` (python -m torch.distributed.run), one torch thread per rank."""
+def torchrun(*args, env=None, cwd=REPO, nproc=2, timeout=1200, kill_after_batches=None):
+    """`torchrun --nproc_per_node 2 run.py ARGS` (python -m torch.distributed.run), one torch thread per rank; with
+    kill_after_batches=K, each rank is SIGKILLed once it committed K batches to the result cache."""
     full = dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
     full.update(env or {})
+    killer = [] if kill_after_batches is None else [str(REPO / "tests" / "kill_after_batches.py"),
+                                                    str(kill_after_batches)]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr",
-           "127.0.0.1", "--master_port", str(free_port()), str(Path(cwd) / "run.py"), *map(str, args)]
+           "127.0.0.1", "--master_port", str(free_port()), *killer, str(Path(cwd) / "run.py"), *map(str, args)]
     return subprocess.run(cmd, cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout)
 
 
@@ -428,7 +431,7 @@ def test_a_rank_that_fails_stops_every_rank_naming_rank_and_item(tiny_repo, tmp_
 def test_a_killed_distributed_run_resumes_from_the_result_cache(tiny_repo, tmp_path):
     repo, cache = tiny_repo
     args = ("--cache", cache, "--model", "tiny-random-llama", "--experiment", "protocol")
-    proc = torchrun(*args, "--out", tmp_path / "killed", cwd=repo, env={"EVAL_TEST_KILL_AFTER_BATCHES": "1"})
+    proc = torchrun(*args, "--out", tmp_path / "killed", cwd=repo, kill_after_batches=1)
     assert proc.returncode != 0 and not (tmp_path / "killed" / "protocol").exists()
     db = sqlite3.connect(cache / "results.sqlite")
     batches = db.execute("SELECT count(*) FROM results").fetchone()[0]

@@ -168,7 +168,7 @@ def test_audit_sample_is_written_before_the_tokenizer_or_model_is_loaded(prepare
     """Run the experiment with a loader that stops it: the sample file must already exist at that point."""
     import adapter
     from experiments import extraction
-    from experiments.context import Context, Inputs, Options
+    from experiments.context import Context, Data, Inputs, Options
     from experiments.evidence import Stages
 
     class Stop(Exception):
@@ -182,11 +182,11 @@ def test_audit_sample_is_written_before_the_tokenizer_or_model_is_loaded(prepare
 
     monkeypatch.setattr(adapter, "load_tokenizer", stop)
     monkeypatch.setattr(adapter, "load_model", stop)
-    inputs = Inputs(cache=prepared_cache, model_dir=model_dir, model_identity={}, data_id="fixture-sentiment",
-                    parquet_path=prepared_cache / "data" / "fixture-sentiment" / "validation.parquet",
-                    data_content_sha256="x" * 64)
+    data = Data(id="fixture-sentiment", schema="sst2", content_sha256="x" * 64, split="validation",
+                parquet_path=prepared_cache / "data" / "fixture-sentiment" / "validation.parquet")
+    inputs = Inputs(cache=prepared_cache, model_dir=model_dir, model_identity={}, data={data.id: data})
     ctx = Context(name="extraction", split="dev", config=config.effective(extraction.CONFIG_SECTIONS),
-                  inputs=inputs, options=Options(out=tmp_path), stages=Stages())
+                  inputs=inputs, options=Options(out=tmp_path), stages=Stages(), data=data)
     with pytest.raises(Stop):
         extraction.run(ctx)
     prereg = json.loads(seen["prereg"])
@@ -362,6 +362,7 @@ def _consistent_score_lie(d):
     summ = audit_ext.ext_expected_summary("extraction", "dev", rows, LABELS, True,
                                       old["audit_sample"]["preregistration_sha256"], prereg["items"],
                                       old["human_review"]["note"])
+    summ["evidence_format"] = old["evidence_format"]        # a forger keeps the file's format
     (d / "extraction" / "summary.json").write_text(json.dumps(summ, indent=1, sort_keys=True))
 
 

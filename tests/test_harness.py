@@ -906,7 +906,8 @@ def reseal(d):
     summary = json.loads((d / "harness" / "summary.json").read_text())
     harness_aggregates(summary["leaderboard"], rows)
     (d / "harness" / "summary.json").write_text(json.dumps(summary, indent=1))
-    (d / "harness" / "leaderboard.json").write_text(json.dumps(summary["leaderboard"], indent=1))
+    (d / "harness" / "leaderboard.json").write_text(json.dumps({**summary["leaderboard"], "evidence_format": 1},
+                                                               indent=1))
     report.write(d)
     manifest = json.loads((d / "MANIFEST.json").read_text())
     write_manifest(d, manifest["run_id"], manifest["experiments"], manifest["failed"])

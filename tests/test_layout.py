@@ -49,10 +49,10 @@ def test_every_experiment_follows_the_contract():
     import importlib
 
     import config
-    from experiments import EXPERIMENTS
+    import registry
 
-    for name in EXPERIMENTS:
-        module = importlib.import_module(f"experiments.{name}")
+    for name in registry.NAMES:
+        module = importlib.import_module(registry.find(name).runner)
         assert module.NAME == name
         assert callable(module.run) and callable(module.data_label)
         sections = module.CONFIG_SECTIONS

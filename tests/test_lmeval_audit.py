@@ -298,19 +298,19 @@ def lmeval_data(prepared_cache):
 @pytest.fixture(scope="session")
 def clean_run(hflm, model_dir, lmeval_data, tmp_path_factory):
     """sst2, mc_taco, sst2_ll and sst2_gen, the first 9 documents each (9 = two whole MC-TACO question groups)."""
-    import lmeval_runs as R
+    import lmeval_runs
 
-    tasks = [R.sst2_task(lmeval_data["sst2"]), R.mctaco_task(lmeval_data["mc_taco"]),
-             R.loglikelihood_task(lmeval_data["sst2"]), R.generate_task(lmeval_data["sst2"])]
-    return R.lm_eval_run(hflm, model_dir, tmp_path_factory.mktemp("lmeval-clean"), tasks, limit=9)
+    tasks = [lmeval_runs.sst2_task(lmeval_data["sst2"]), lmeval_runs.mctaco_task(lmeval_data["mc_taco"]),
+             lmeval_runs.loglikelihood_task(lmeval_data["sst2"]), lmeval_runs.generate_task(lmeval_data["sst2"])]
+    return lmeval_runs.lm_eval_run(hflm, model_dir, tmp_path_factory.mktemp("lmeval-clean"), tasks, limit=9)
 
 
 @pytest.fixture(scope="session")
 def unsorted_run(hflm, model_dir, lmeval_data, tmp_path_factory):
-    import lmeval_runs as R
+    import lmeval_runs
 
-    return R.lm_eval_run(hflm, model_dir, tmp_path_factory.mktemp("lmeval-unsorted"),
-                         [R.sst2_task(lmeval_data["sst2"])], samples={"sst2": [6, 1, 4, 3]})
+    return lmeval_runs.lm_eval_run(hflm, model_dir, tmp_path_factory.mktemp("lmeval-unsorted"),
+                                   [lmeval_runs.sst2_task(lmeval_data["sst2"])], samples={"sst2": [6, 1, 4, 3]})
 
 
 def data_args(data):
@@ -430,9 +430,10 @@ def test_a_deleted_sample_is_caught(clean_run, tmp_path):
 
 @pytest.mark.slow
 def test_a_limit_that_splits_a_question_group_is_named(hflm, model_dir, lmeval_data, tmp_path):
-    import lmeval_runs as R
+    import lmeval_runs
 
-    run = R.lm_eval_run(hflm, model_dir, tmp_path / "cut", [R.mctaco_task(lmeval_data["mc_taco"])], limit=7)
+    run = lmeval_runs.lm_eval_run(hflm, model_dir, tmp_path / "cut", [lmeval_runs.mctaco_task(lmeval_data["mc_taco"])],
+                                  limit=7)
     code, report = audit(tmp_path, run, "--tokens", "--data", lmeval_data["mc_taco"])
     assert code == 1 and levels_failed(report) == {"identity"}
     cut = failures(report, "question groups (data)")

@@ -366,8 +366,7 @@ def test_a_directory_without_chat_template_is_refused_for_chat_experiments(tiny_
     from resources import ResourceError
 
     modules = {n: importlib.import_module(f"experiments.{n}") for n in ("protocol", "options", "harness", "extraction")}
-    inputs = Inputs(cache=tmp_path, model_dir=tiny_dirs["gpt2"], model_identity={"source": "local"}, data_id="d",
-                    parquet_path=tmp_path, data_content_sha256="0")
+    inputs = Inputs(cache=tmp_path, model_dir=tiny_dirs["gpt2"], model_identity={"source": "local"})
     with pytest.raises(ResourceError, match="no chat template .* harness, extraction need") as e:
         run_py.check_model_fits(modules, inputs)
     assert "\n" not in str(e.value)

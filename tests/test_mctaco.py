@@ -1,4 +1,4 @@
-"""MC-TACO (seed study 004): corpus F1, question groups, the --limit refusal, and lm-eval's mc_taco task on the
+"""MC-TACO: corpus F1, question groups, the --limit refusal, and lm-eval's mc_taco task on the
 real model over the repository's fixture (official vs independent, bit for bit; audit recomputes everything)."""
 import io
 import json

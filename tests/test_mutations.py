@@ -1,9 +1,10 @@
 """The mutation self-test (`audit.py O --mutations`, evidence_audit/mutations/).
 
-Fast: the list of kinds (at least 40, all five experiments, every class of issue 15, each naming a level and a
-check), each mutation function on small synthetic evidence (it tampers as it says; the lenient-JSON kinds write what
-a lenient reader accepts and the strict reader refuses; the consistent forgeries stay consistent), and the runner's
-verdicts on a fake audit (a kind caught by another check, or not at all, or not applicable, makes it exit 1).
+Fast: the list of kinds (at least 40, all five experiments, every class of tampering the audit must catch, each
+naming a level and a check), each mutation function on small synthetic evidence (it tampers as it says; the
+lenient-JSON kinds write what a lenient reader accepts and the strict reader refuses; the consistent forgeries stay
+consistent), and the runner's verdicts on a fake audit (a kind caught by another check, or not at all, or not
+applicable, makes it exit 1).
 Slow: the self-test on a real smoke run of all five experiments — every kind caught by its named check.
 """
 import json
@@ -18,8 +19,8 @@ from evidence_audit.rules.harness import h_aggregate
 
 EXPERIMENTS = {"protocol", "options", "mctaco", "extraction", "harness"}
 BY_NAME = {k.kind: k for k in MUTATIONS}
-# issue 15's classes, each with the kinds that stand for it
-ISSUE_CLASSES = {
+# the classes of tampering the audit must catch, each with the kinds that stand for it
+TAMPER_CLASSES = {
     "environment.json contradicts the identities": ["environment_commit", "environment_dirty"],
     "report.html numbers changed": ["report_number_changed", "report_text_changed", "report_run_id"],
     "an experiment directory deleted or renamed to a dot-directory": ["experiment_dir_deleted",
@@ -54,9 +55,9 @@ def test_every_kind_names_a_level_and_a_check():
             assert k.level == "arithmetic", k        # refused by the default audit, no deeper level needed
 
 
-@pytest.mark.parametrize("cls", sorted(ISSUE_CLASSES))
+@pytest.mark.parametrize("cls", sorted(TAMPER_CLASSES))
 def test_every_class_of_issue_15_has_a_kind(cls):
-    for name in ISSUE_CLASSES[cls]:
+    for name in TAMPER_CLASSES[cls]:
         assert name in BY_NAME, (cls, name)
 
 
@@ -213,7 +214,7 @@ def test_lenient_json_kinds_pass_a_lenient_reader_and_fail_the_strict_one(tmp_pa
     text = (tmp_path / rel).read_text(encoding="utf-8")
     doc = text.split("\n")[0] if rel.endswith(".jsonl") else text
     if name in ("deep_nesting", "huge_integer"):
-        with pytest.raises((RecursionError, ValueError)):     # the crash of issue 15
+        with pytest.raises((RecursionError, ValueError)):     # what a lenient reader does: crash or refuse
             json.loads(doc)
     else:
         json.loads(doc)                                       # a lenient reader takes it silently
@@ -322,7 +323,7 @@ def _row(level, check, status="PASS", msg=None):
 
 def _fake_audit():
     """An audit whose result depends on a marker file the fake kinds write: the runner is tested, not the audit."""
-    def audit(d, levels, cache, only=None, public_only=False):
+    def audit(d, levels, cache, only=None, public_only=False, options=None):
         marker = d / "MARK"
         how = marker.read_text() if marker.exists() else "clean"
         checks = [_row("arithmetic", "summary.json values"), _row("identity", "private texts"),
@@ -410,9 +411,9 @@ def test_runner_audits_each_copy_up_to_the_named_level(tmp_path, monkeypatch):
     seen = []
     fake = _fake_audit()
 
-    def audit(d, levels, cache, only=None, public_only=False):
+    def audit(d, levels, cache, only=None, public_only=False, options=None):
         seen.append((d.name, tuple(levels)))
-        return fake(d, levels, cache, only, public_only)
+        return fake(d, levels, cache, only, public_only, options)
     monkeypatch.setattr(selftest, "audit", audit)
     (tmp_path / "O").mkdir()
     selftest.mutation_selftest(tmp_path / "O", None, kinds=_kinds(("named", "identity", "private texts")))

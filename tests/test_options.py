@@ -1,4 +1,4 @@
-"""The options experiment (seed study 003): permutation map, scoring spaces, length normalisations, paired flips,
+"""The options experiment: permutation map, scoring spaces, length normalisations, paired flips,
 and the real model through both paths on every row of conftest's 24-row SMALL_DATA split and on the session's smoke
 run."""
 import json

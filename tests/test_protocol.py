@@ -238,15 +238,17 @@ def test_stages_total_is_the_experiments_own_time_and_imports_appear_once(tmp_pa
     experiment's own time (the second's is far below the process time so far), covers its stages, and only the
     first carries the `imports` row. The console header names the data each experiment scores."""
     import run as run_py
-    from experiments.context import Inputs
+    from experiments.context import Data, Inputs
     from experiments.runlog import LibraryChatter
 
     modules = {"protocol": fake_experiment("protocol", 0.5), "options": fake_experiment("options", 0.01)}
     monkeypatch.setattr(run_py, "import_experiments", lambda names, chatter: (modules, 0.25))
-    monkeypatch.setattr(run_py, "verified_inputs", lambda args: Inputs(
+    monkeypatch.setattr(run_py, "verified_inputs", lambda args, modules, routed=None: Inputs(
         cache=tmp_path, model_dir=tmp_path, model_identity={"id": "m", "model_sha256": "m" * 64,
                                                             "tokenizer_sha256": "t" * 64},
-        data_id="fixture-sentiment", parquet_path=tmp_path / "p.parquet", data_content_sha256="d" * 64))
+        data={"fixture-sentiment": Data(id="fixture-sentiment", schema="sst2",
+                                        parquet_path=tmp_path / "p.parquet", content_sha256="d" * 64,
+                                        split="validation")}))
     monkeypatch.setattr(run_py, "write_report", lambda out, names: None)
     args = run_py.parse_args(["--cache", str(tmp_path), "--out", str(tmp_path / "o"), "--smoke", "--verbose",
                               "--experiment", "protocol", "--experiment", "options"])
@@ -271,16 +273,65 @@ def test_stages_total_is_the_experiments_own_time_and_imports_appear_once(tmp_pa
 
 
 def test_each_experiment_names_the_data_it_scores(tmp_path):
+    """run.py picks each experiment's data resource from its effective config (DATA_CONFIG_KEY) and hands it over
+    verified as ctx.data; the harness reads none; data_label names what ctx.data is."""
     import types
 
-    from experiments import extraction, mctaco, options
+    import run as run_py
+    from experiments import extraction, harness, mctaco, options
 
-    for module, want in ((protocol, "fixture-sentiment"), (options, "fixture-sentiment"),
-                         (extraction, "fixture-sentiment"), (mctaco, "fixture-mctaco")):
-        ctx = types.SimpleNamespace(config=config.effective(module.CONFIG_SECTIONS),
-                                    inputs=types.SimpleNamespace(data_id="fixture-sentiment"),
-                                    options=types.SimpleNamespace(out=tmp_path))
-        assert module.data_label(ctx) == want, module.NAME
+    modules = {m.NAME: m for m in (protocol, options, extraction, mctaco, harness)}
+    args = run_py.parse_args(["--cache", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert run_py.route_data(args, modules, named=False) == {}      # no --data: each its configured default
+    want = {"protocol": "fixture-sentiment", "options": "fixture-sentiment", "extraction": "fixture-sentiment",
+            "mctaco": "fixture-mctaco"}
+    assert {n: run_py.data_id_of(m, args) for n, m in modules.items() if n in want} == want
+    assert harness.DATA_SCHEMA is None
+    for name, data_id in want.items():
+        ctx = types.SimpleNamespace(config=config.effective(modules[name].CONFIG_SECTIONS),
+                                    data=types.SimpleNamespace(id=data_id), options=types.SimpleNamespace(out=tmp_path))
+        assert modules[name].data_label(ctx) == data_id, name
+
+
+def test_run_verifies_each_data_resource_once_and_the_experiments_never(tmp_path, monkeypatch):
+    """run.verified_inputs verifies the model and each data resource the experiments read exactly once (protocol,
+    options and extraction share one); an experiment of the wrong schema is refused on one line; no experiment
+    module calls a verifier of resources.py again (they read ctx.data)."""
+    import ast
+
+    import resources
+    import run as run_py
+    from conftest import REPO
+    from experiments import extraction, harness, mctaco, options
+
+    calls = []
+
+    def rows(cache, data_id, manifest=None):
+        calls.append(data_id)
+        schema = "mctaco" if "mctaco" in data_id else "sst2"
+        return tmp_path / f"{data_id}.parquet", {"schema": schema, "content_sha256": data_id[0] * 64}, None
+
+    monkeypatch.setattr(resources, "prepared_manifest", lambda cache: {})
+    monkeypatch.setattr(resources, "verified_model", lambda cache, model, manifest, local: (tmp_path, {"id": model}))
+    monkeypatch.setattr(resources, "verified_rows", rows)
+    modules = {m.NAME: m for m in (protocol, options, harness, mctaco, extraction)}
+    args = run_py.parse_args(["--cache", str(tmp_path), "--out", str(tmp_path / "o")])
+    run_py.route_data(args, modules, named=False)
+    inputs = run_py.verified_inputs(args, modules)
+    assert sorted(calls) == ["fixture-mctaco", "fixture-sentiment"]
+    assert {d.id: (d.schema, d.content_sha256) for d in inputs.data.values()} == {
+        "fixture-sentiment": ("sst2", "f" * 64), "fixture-mctaco": ("mctaco", "f" * 64)}
+    ctx = run_py.context_for(mctaco, args, inputs, run_py.options_of(args), None)
+    assert ctx.data.id == "fixture-mctaco" and run_py.context_for(harness, args, inputs, None, None).data is None
+    args.data = "my-mctaco-data"            # an SST-2 experiment handed MC-TACO data: one line
+    with pytest.raises(resources.ResourceError, match="is mctaco data; experiment protocol reads sst2 data") as e:
+        run_py.verified_inputs(args, {"protocol": protocol})
+    assert "\n" not in str(e.value)
+    verifiers = {"verified_data", "verified_rows", "verified_inputs", "verify_rows", "verify_resource_files"}
+    for path in sorted((REPO / "experiments").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "resources":
+                assert node.attr not in verifiers, f"{path.name}:{node.lineno}: resources.{node.attr}"
 
 
 def test_experiments_never_read_argparse_or_exit():

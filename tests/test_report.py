@@ -39,7 +39,9 @@ FORBIDDEN_IMPORTS = {"run", "experiments", "harness", "lm_eval", "resources", "c
                      "evidence_audit", "bench", "prepare"}
 # and every other module of the repository: a top-level .py or a package (report.py's own package aside)
 REPOSITORY_MODULES = ({p.stem for p in REPO_ROOT.glob("*.py")}
-                      | {p.parent.name for p in REPO_ROOT.glob("*/__init__.py")}) - {"evidence_report"}
+                      | {p.parent.name for p in REPO_ROOT.glob("*/__init__.py")}) - {"evidence_report", "registry"}
+# registry.py (each experiment's section named as a string) is plain data importing only the standard library
+# (tests/test_registry.py), so the report may read it
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
@@ -162,16 +164,29 @@ def test_report_imports_none_of_the_code_that_wrote_the_evidence(path):
     assert not names & FORBIDDEN_IMPORTS, names & FORBIDDEN_IMPORTS
     assert not names & REPOSITORY_MODULES, names & REPOSITORY_MODULES
     assert not relative, f"relative imports at lines {relative}"
-    assert not dynamic, f"dynamic imports: {dynamic}"
+    # the one dynamic import: the loader of the sections registry.py names, which refuses any module outside
+    # evidence_report.sections (test_sections_are_loaded_from_the_report_package_only)
+    loader = path == PACKAGE / "sections" / "__init__.py"
+    assert [f for f, _ in dynamic] == (["import_module"] if loader else []), f"dynamic imports: {dynamic}"
     top = {a.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for a in node.names}
     top |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom)}
-    assert not top - set(sys.stdlib_module_names) - {"evidence_report"}, top
+    assert not top - set(sys.stdlib_module_names) - {"evidence_report", "registry"}, top
+
+
+def test_sections_are_loaded_from_the_report_package_only():
+    """registry.py names each section as a string; the report imports it only from evidence_report.sections."""
+    sections = load("sections")
+    assert sections.load_section("evidence_report.sections.protocol") is sections.SECTIONS["protocol"]
+    for name in ("experiments.protocol", "run", "evidence_report.sections.x.y", "evidence_report.sections.",
+                 "evidence_report.sectionsx.protocol", "evidence_report.page"):
+        with pytest.raises(ValueError):
+            sections.load_section(name)
 
 
 def test_sections_are_one_module_per_experiment_in_page_order(tmp_path):
     """evidence_report.sections.SECTIONS: experiment name -> its section module, in the order the page shows them."""
     sections = load("sections").SECTIONS
-    assert list(sections) == ["protocol", "options", "extraction", "mctaco", "harness"]
+    assert list(sections) == ["protocol", "options", "harness", "mctaco", "extraction"]     # registry.py's order
     for name, module in sections.items():
         assert module.__name__ == f"evidence_report.sections.{name}" and module.NAME == name
         assert callable(module.render)
@@ -182,7 +197,7 @@ def test_sections_are_one_module_per_experiment_in_page_order(tmp_path):
 
 
 def test_numbers_are_rounded_by_what_they_are():
-    """Issue 14: the report printed unrounded floats (0.5555555555555556)."""
+    """A page that printed unrounded floats (0.5555555555555556) would claim precision no reader needs."""
     fmt = load("cells").fmt
     assert [fmt(v, "rate") for v in (0.5555555555555556, 1.0, 0.0, 0.32222222222222224)] == \
         ["0.5556", "1.0000", "0.0000", "0.3222"]
@@ -223,8 +238,9 @@ def test_number_cells_keep_the_exact_value():
 
 
 def write_json(path, obj):
+    """An evidence file as run.py writes it: stamped with the evidence format."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=1), encoding="utf-8")
+    path.write_text(json.dumps({**obj, "evidence_format": 1}, indent=1), encoding="utf-8")
 
 
 def minimal_evidence(root):
@@ -357,7 +373,7 @@ def test_cli(tmp_path):
     proc = run_cli(REPORT, out, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == str(out / "report.html")
-    # issue 14: `report.py --help` said "no such output directory"
+    # --help is help, not an output directory named "--help"
     helped = run_cli(REPORT, "--help", timeout=300)
     assert helped.returncode == 0 and helped.stdout.startswith("usage: report.py") and "OUT" in helped.stdout
     assert "no such output directory" not in helped.stdout + helped.stderr
@@ -422,7 +438,7 @@ def options_evidence(root):
 
 
 def test_options_flips_follow_the_config_order_and_mark_the_primary_comparison(tmp_path):
-    """Issue 14: the flips table was sorted alphabetically while letters fwd/rev is the primary measure."""
+    """The flips table follows the config's order, not the alphabet: letters fwd/rev, the primary measure, first."""
     out = options_evidence(tmp_path)
     text = load("page").build(out)
     tables, classes = parse_tables(text)
@@ -462,7 +478,7 @@ def mctaco_questions():
 
 
 def test_mctaco_plot_draws_unscored_questions_apart_and_no_negative_rank():
-    """Issue 14: the MC-TACO plot drew an unscored question like a scored one and showed a "-1" tick."""
+    """An unscored question is not drawn like a scored one, and no axis shows a "-1" rank."""
     mctaco = load("sections.mctaco")
     cfg = {"split_questions": mctaco_questions()}
     # the smoke shape: questions 0 and 1 scored (documents 0..8), limit demos at 2 (cuts q0) and 5
@@ -491,8 +507,8 @@ def test_mctaco_plot_draws_unscored_questions_apart_and_no_negative_rank():
 
 
 def test_readme_says_what_the_mutation_selftest_does():
-    """Issue 14 found the README overstating `--mutations`; issue 15 extends it to every experiment. The paragraph
-    must still say that it tampers with copies and that the untouched copy must pass."""
+    """The README must not overstate `--mutations`: its paragraph says that it tampers with copies and that the
+    untouched copy must pass."""
     text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     paragraph = next(p for p in text.split("\n\n") if "audit.py O --mutations" in p)
     assert "copies of O" in paragraph and "untouched copy must pass" in paragraph, paragraph
@@ -802,7 +818,7 @@ def test_network_check_catches_an_external_resource(browser, tmp_path):
     assert any(u.startswith("http://127.0.0.1:9/") for u in got["requested"]), got["requested"]
 
 
-# ---- issue 15: a derived, deterministic page; every number names its source; atomic on a full disk -----------
+# ---- a derived, deterministic page; every number names its source; atomic on a full disk ---------------------
 
 class SourcedCells(HTMLParser):
     """Every element with data-value: (data-src, data-value, text); the run id meta."""

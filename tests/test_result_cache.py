@@ -96,14 +96,16 @@ def protocol_context(tmp_path, no_cache=False):
     """The Context run.py builds for the protocol experiment (run.context_for), on fake verified inputs."""
     import run as run_py
     from experiments import protocol
-    from experiments.context import Inputs
+    from experiments.context import Data, Inputs
     from experiments.evidence import Stages
 
     argv = ["--cache", str(tmp_path), "--out", str(tmp_path / "o"), "--smoke"] + (["--no-cache"] if no_cache else [])
     args = run_py.parse_args(argv)
     inputs = Inputs(cache=tmp_path, model_dir=tmp_path / "m", model_identity={"id": "m", "model_sha256": "m" * 64,
                                                                               "tokenizer_sha256": "t" * 64},
-                    data_id="fixture-sentiment", parquet_path=tmp_path / "p", data_content_sha256="d" * 64)
+                    data={"fixture-sentiment": Data(id="fixture-sentiment", schema="sst2",
+                                        parquet_path=tmp_path / "p.parquet", content_sha256="d" * 64,
+                                        split="validation")})
     return run_py.context_for(protocol, args, inputs, run_py.options_of(args), Stages())
 
 
@@ -121,6 +123,35 @@ def test_scoring_config_is_run_identitys(tmp_path):
     assert result_cache.scoring_config(ctx.config) == ident["scoring_config"] == ctx.config
     assert ident["config_sections"] == ["shared", "protocol"]
     assert not any(k.startswith(("harness_", "options_", "mctaco_", "extraction_")) for k in ident["scoring_config"])
+
+
+def test_the_run_environment_is_computed_once_and_keys_the_cache(tmp_path, monkeypatch):
+    """result_cache.open_for keys on the environment run.py computed once for the run (ctx.environment: code hash,
+    versions, CPU and kernels) and the data the experiment read (ctx.data); it computes no environment of its own
+    then, and a different kernel environment is a different key."""
+    import dataclasses
+
+    from experiments import evidence
+
+    def refuse(*a, **k):
+        raise AssertionError("the environment was computed again")
+
+    monkeypatch.setattr(evidence, "environment", refuse)
+    monkeypatch.setattr(evidence, "code_sha256", refuse)
+    monkeypatch.setattr(evidence, "git_identity", refuse)
+    monkeypatch.setattr(result_cache, "platform_identity", refuse)
+    env = {"code_sha256": "c" * 64, "versions": {"torch": "x"}, "cpu": "a cpu", "platform": "linux",
+           "kernels": {"env": {"MKL_ENABLE_INSTRUCTIONS": None}, "torch_threads": 2}}
+    ctx = protocol_context(tmp_path)
+    ctx = dataclasses.replace(ctx, environment=env, data=ctx.inputs.data["fixture-sentiment"])
+    cache = result_cache.open_for(ctx, "independent-parity", "p" * 64)
+    assert cache.run["code_sha256"] == "c" * 64 and cache.run["versions"] == {"torch": "x"}
+    assert cache.run["platform"]["kernels"] == env["kernels"] and cache.run["data_content_sha256"] == "d" * 64
+    cache.close()
+    other = {**env, "kernels": {"env": {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, "torch_threads": 2}}
+    again = result_cache.open_for(dataclasses.replace(ctx, environment=other), "independent-parity", "p" * 64)
+    assert again.run_sha != cache.run_sha
+    again.close()
 
 
 def test_other_sections_do_not_touch_protocol_scores_but_its_own_do(tmp_path, monkeypatch):
@@ -158,23 +189,75 @@ def test_other_sections_do_not_touch_protocol_scores_but_its_own_do(tmp_path, mo
     assert result_cache.open_for(protocol_context(tmp_path, no_cache=True), "independent-parity", "p") is None
 
 
-def test_code_hash_excludes_config_py(tmp_path, monkeypatch):
-    """config.py is values, not code: editing it leaves the code hash alone (its values enter the identity per
-    section); editing any other scoring module changes it."""
+def test_code_hash_covers_the_listed_files_only(tmp_path, monkeypatch):
+    """Editing a scoring module changes the code hash; editing config.py (its values enter the identity per
+    section), report.py, audit.py or run.py does not."""
     from experiments import evidence
 
-    for rel in ("run.py", "config.py", "experiments/scoring.py", "harness/metrics.py"):
+    others = ("config.py", "report.py", "audit.py", "run.py", "bench.py", "prepare.py")
+    for rel in (*evidence.CODE_FILES, *others):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(f"# {rel}\n")
     monkeypatch.setattr(evidence, "REPO", tmp_path)
     before = evidence.code_sha256()
-    (tmp_path / "config.py").write_text("CONFIG = {'harness': {'harness_batch_size': 5}}\n")
-    assert evidence.code_sha256() == before
-    for rel in ("run.py", "experiments/scoring.py", "harness/metrics.py"):
+    for rel in others:
+        (tmp_path / rel).write_text("# changed\n")
+        assert evidence.code_sha256() == before, rel
+    for rel in ("experiments/scoring.py", "adapter.py", "harness/metrics.py"):
         (tmp_path / rel).write_text("# changed\n")
         changed = evidence.code_sha256()
         assert changed != before, rel
         before = changed
+
+
+def repository_imports(rel):
+    """The repository files a module imports (at the top or inside a function), package __init__ files included."""
+    import ast
+
+    found = set()
+
+    def module_files(dotted):
+        parts = dotted.split(".")
+        for i in range(1, len(parts) + 1):      # a package's __init__ runs before any of its modules
+            init = "/".join(parts[:i]) + "/__init__.py"
+            if (REPO / init).exists():
+                found.add(init)
+        for candidate in ("/".join(parts) + ".py", "/".join(parts) + "/__init__.py"):
+            if (REPO / candidate).exists():
+                found.add(candidate)
+
+    for node in ast.walk(ast.parse((REPO / rel).read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                module_files(alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            module_files(node.module)
+            for alias in node.names:
+                module_files(f"{node.module}.{alias.name}")
+    return found
+
+
+def test_code_files_exist_and_every_module_the_experiments_import_is_listed_or_excluded():
+    """Every module the experiments reach through their imports (adapter, harness, resources, ...) is either hashed
+    (evidence.CODE_FILES) or left out with a stated reason (evidence.CODE_HASH_EXCLUDES)."""
+    from experiments import evidence
+
+    assert len(set(evidence.CODE_FILES)) == len(evidence.CODE_FILES)
+    assert not set(evidence.CODE_FILES) & set(evidence.CODE_HASH_EXCLUDES)
+    for rel in (*evidence.CODE_FILES, *evidence.CODE_HASH_EXCLUDES):
+        assert (REPO / rel).is_file(), rel
+    assert all(isinstance(why, str) and why for why in evidence.CODE_HASH_EXCLUDES.values())
+    todo = [str(p.relative_to(REPO)) for p in sorted((REPO / "experiments").glob("*.py"))]
+    reached = set(todo)
+    while todo:
+        for rel in repository_imports(todo.pop()) - reached:
+            reached.add(rel)
+            todo.append(rel)
+    assert {"adapter.py", "harness/hf_model.py", "harness/sandbox.py", "resources.py"} <= reached
+    unaccounted = reached - set(evidence.CODE_FILES) - set(evidence.CODE_HASH_EXCLUDES)
+    assert not unaccounted, f"add to evidence.CODE_FILES or give a reason in CODE_HASH_EXCLUDES: {sorted(unaccounted)}"
+    # the files harness/sandbox.py starts as a fresh interpreter are not imported, but they run the scored code
+    assert {"harness/jail.py", "harness/proctree.py"} <= set(evidence.CODE_FILES)
 
 
 def test_default_parts_are_this_process_code_hash_versions_and_platform():
@@ -249,7 +332,7 @@ def test_corrupted_row_is_detected_and_recomputed(tmp_path, tamper):
 def test_committed_batches_survive_sigkill(tmp_path):
     """A process killed with SIGKILL after K committed batches leaves exactly those K in the file (WAL mode)."""
     code = f"""
-import sys
+import os, signal, sys
 sys.path.insert(0, {str(REPO)!r})
 sys.path.insert(0, {str(REPO / 'tests')!r})
 from test_result_cache import base_run, ROWS, PICKS
@@ -257,8 +340,10 @@ from experiments.result_cache import ResultCache
 cache = ResultCache({str(tmp_path / 'r.sqlite')!r}, base_run())
 for i in range(100):
     cache.put_batch([[i] + ROWS[0], ROWS[1]], PICKS, [-float(i)] * 3)
+    if i == 6:
+        os.kill(os.getpid(), signal.SIGKILL)
 """
-    proc = subprocess.run([sys.executable, "-c", code], env={"EVAL_TEST_KILL_AFTER_BATCHES": "7", "PATH": "/usr/bin"},
+    proc = subprocess.run([sys.executable, "-c", code], env={"PATH": "/usr/bin"},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == -9, proc.stderr
     cache = ResultCache(tmp_path / "r.sqlite", base_run())
@@ -274,10 +359,12 @@ def snapshot(tiny_cache, tmp_path):
     return conftest.repo_and_cache_copy(tiny_cache, tmp_path)
 
 
-def run_protocol(repo, cache, out, *extra, env=None):
+def run_protocol(repo, cache, out, *extra, env=None, kill_after_batches=None):
+    """run.py's protocol experiment; with kill_after_batches=K, SIGKILLed once its K-th batch is committed."""
     # --replace: these tests rerun into one --out on purpose (one run per O; the old one is kept aside)
-    return run_cli(repo / "run.py", "--cache", cache, "--out", out, "--replace", "--model", "tiny-random-llama",
-                   "--experiment", "protocol", *extra, env=env, cwd=repo)
+    killer = () if kill_after_batches is None else (REPO / "tests" / "kill_after_batches.py", kill_after_batches)
+    return run_cli(*killer, repo / "run.py", "--cache", cache, "--out", out, "--replace", "--model",
+                   "tiny-random-llama", "--experiment", "protocol", *extra, env=env, cwd=repo)
 
 
 def cache_info(out):
@@ -295,7 +382,7 @@ def test_killed_run_resumes_then_hits_then_recomputes_a_corrupted_row(snapshot, 
     out = tmp_path / "out"
     # 1. killed (SIGKILL) after 2 of the 4 forward batches of the 64 development items (16 items each): no
     #    evidence installed, 2 batches committed
-    proc = run_protocol(repo, cache, out, env={"EVAL_TEST_KILL_AFTER_BATCHES": "2"})
+    proc = run_protocol(repo, cache, out, kill_after_batches=2)
     assert proc.returncode == -9, proc.stdout + proc.stderr
     assert not (out / "protocol").exists()
     # 2. rerun: resumes; the 2 finished batches (32 items, 64 candidate scores) come from the cache
@@ -379,7 +466,7 @@ def edit_config(repo, old, new):
     path.write_text(text.replace(old, new))
 
 
-# ---- a damaged results.sqlite: detected before any scoring, set aside with one warning, rebuilt (issue 15) ------
+# ---- a damaged results.sqlite: detected before any scoring, set aside with one warning, rebuilt -----------------
 
 def good_cache_file(path):
     cache = ResultCache(path, base_run())
@@ -444,7 +531,7 @@ def test_run_py_sets_a_damaged_cache_aside_before_any_scoring(tmp_path, monkeypa
     """run.py checks CACHE/results.sqlite at the start: one warning line, the file set aside before the first
     experiment runs (which then finds no damaged file), exit 0."""
     import run as run_py
-    from experiments.context import Inputs, Result
+    from experiments.context import Data, Inputs, Result
     from experiments.runlog import LibraryChatter
 
     cache_dir = tmp_path / "cache"
@@ -462,10 +549,12 @@ def test_run_py_sets_a_damaged_cache_aside_before_any_scoring(tmp_path, monkeypa
         (lambda ctx: "d"), run
     monkeypatch.setattr(run_py, "import_experiments", lambda names, chatter: ({"protocol": module}, 0.0))
     monkeypatch.setattr(run_py, "write_report", lambda out, names: None)
-    monkeypatch.setattr(run_py, "verified_inputs", lambda args: Inputs(
+    monkeypatch.setattr(run_py, "verified_inputs", lambda args, modules, routed=None: Inputs(
         cache=cache_dir, model_dir=tmp_path, model_identity={"id": "m", "model_sha256": "m" * 64,
                                                              "tokenizer_sha256": "t" * 64},
-        data_id="fixture-sentiment", parquet_path=tmp_path / "p.parquet", data_content_sha256="d" * 64))
+        data={"fixture-sentiment": Data(id="fixture-sentiment", schema="sst2",
+                                        parquet_path=tmp_path / "p.parquet", content_sha256="d" * 64,
+                                        split="validation")}))
     args = run_py.parse_args(["--cache", str(cache_dir), "--out", str(tmp_path / "o"), "--smoke", "--verbose",
                               "--experiment", "protocol"])
     assert run_py.run_all(args, LibraryChatter(verbose=True)) == 0

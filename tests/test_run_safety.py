@@ -1,4 +1,4 @@
-"""run.py's output directory (issue 15): one run id everywhere, one run per O (--replace keeps the old one aside),
+"""run.py's output directory: one run id everywhere, one run per O (--replace keeps the old one aside),
 leftovers of a killed run swept, an unusable --out refused before anything is loaded, environment.json only after
 evidence was installed, MANIFEST.json last with the evidence digest, a disk that fills mid-run stops with one line.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import run as run_py
-from experiments.context import Inputs, Result
+from experiments.context import Data, Inputs, Result
 from experiments.evidence import IdentityMismatch
 from experiments.runlog import LibraryChatter
 
@@ -49,10 +49,12 @@ def fake_run(tmp_path, monkeypatch):
             loaded.append(names)
             return {n: modules[n] for n in names if n in modules}, 0.1
         monkeypatch.setattr(run_py, "import_experiments", imports)
-        monkeypatch.setattr(run_py, "verified_inputs", lambda args: Inputs(
+        monkeypatch.setattr(run_py, "verified_inputs", lambda args, modules, routed=None: Inputs(
             cache=tmp_path / "cache", model_dir=tmp_path, model_identity={"id": "m", "model_sha256": "m" * 64,
                                                                           "tokenizer_sha256": "t" * 64},
-            data_id="fixture-sentiment", parquet_path=tmp_path / "p.parquet", data_content_sha256="d" * 64))
+            data={"fixture-sentiment": Data(id="fixture-sentiment", schema="sst2",
+                                        parquet_path=tmp_path / "p.parquet", content_sha256="d" * 64,
+                                        split="validation")}))
         names = [a for n in modules for a in ("--experiment", n)]
         code = run_py.main(["--cache", str(tmp_path / "cache"), "--smoke", *names, *argv])
         out = capsys.readouterr()
@@ -86,8 +88,8 @@ def test_run_id_is_everywhere_and_the_manifest_is_last(fake_run, tmp_path, capsy
     manifest = json.loads(manifest_bytes)
     rid = manifest["run_id"]
     assert re.fullmatch(r"[0-9a-f]{32}", rid)
-    assert set(manifest) == {"format", "run_id", "experiments", "failed", "files", "private"}
-    assert manifest["format"] == "evidence-manifest/v1"
+    assert set(manifest) == {"format", "run_id", "experiments", "failed", "files", "private", "evidence_format"}
+    assert manifest["format"] == "evidence-manifest/v1" and manifest["evidence_format"] == 1
     assert manifest["experiments"] == ["protocol", "options"] and manifest["failed"] == []
     assert read(out / "environment.json")["run_id"] == rid
     env = read(out / "environment.json")
@@ -96,7 +98,7 @@ def test_run_id_is_everywhere_and_the_manifest_is_last(fake_run, tmp_path, capsy
         assert ident["run_id"] == rid
         assert {k: ident[k] for k in ("git_commit", "git_dirty", "code_sha256")} == \
             {k: env[k] for k in ("git_commit", "git_dirty", "code_sha256")}
-        assert read(out / "private" / name / "run.json") == {"experiment": name, "run_id": rid}
+        assert read(out / "private" / name / "run.json") == {"experiment": name, "run_id": rid, "evidence_format": 1}
     assert f'<meta name="evidence-run-id" content="{rid}">' in (out / "report.html").read_text()
     public = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()
                     and p.relative_to(out).parts[0] != "private" and p.name != "MANIFEST.json")
@@ -327,3 +329,20 @@ def test_a_disk_that_refuses_the_manifest_makes_the_run_exit_2(fake_run, tmp_pat
     assert code == 2 and "could not be written (No space left on device)" in one_error_line(err)
     assert (out / "protocol" / "records.jsonl").exists() and not (out / "MANIFEST.json").exists()
     assert not [p for p in out.rglob(".*")]
+
+
+def test_stages_never_nest():
+    """A stage opened inside another raises: the audit adds the stages up to the wall time, so a nested one (a
+    model load timed inside the scoring stage that triggered it) would be counted twice."""
+    from experiments.evidence import Stages
+
+    stages = Stages()
+    with stages.stage("load"):
+        pass
+    with pytest.raises(RuntimeError, match="'load' opened inside stage 'score'"):
+        with stages.stage("score"):
+            with stages.stage("load"):
+                pass
+    with stages.stage("write"):
+        pass
+    assert [s["name"] for s in stages.stages] == ["load", "write"]

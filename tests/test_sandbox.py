@@ -2,9 +2,9 @@
 reachable if the attack works, so every attack must score 0; side effects are checked outside the sandbox
 (canary files in world-readable/-writable directories, a listening socket, a signal handler, process lists).
 Ordinary correct code must still score 1. The corpus runs against each backend there is (bubblewrap, the own
-jail); the issue-15 attacks (other processes, the result channel, descendants, the leaderboard write) each have
-a control that runs the same code, or feeds the same bytes to the old reader, WITHOUT the sandbox and shows
-that it then succeeds. Tests that wait for a limit, or start and kill a harness, are marked slow."""
+jail); the attacks on what lies outside one sandbox (other processes, the result channel, descendants, the
+leaderboard write) each have a control that runs the same code, or feeds the same bytes to the old reader, WITHOUT
+the sandbox and shows that it then succeeds. Tests that wait for a limit, or start and kill a harness, are marked slow."""
 import os
 import secrets
 import shutil
@@ -492,7 +492,7 @@ def test_control_the_attack_works_without_the_sandbox(name, tmp_path, monkeypatc
     assert json.loads(out.stdout.strip().splitlines()[-1]) == expected, out.stderr[-500:]
 
 
-# ==== issue 15: PID namespace, cross-sandbox interference, the result channel, descendants ====================
+# ==== PID namespace, cross-sandbox interference, the result channel, descendants ==============================
 # Every attack below comes with a control that runs the same code (or feeds the same bytes to the reader the
 # harness used before) WITHOUT the sandbox and shows that it then succeeds.
 import json  # noqa: E402
@@ -741,7 +741,8 @@ def test_result_channel_attack_scores_zero_with_a_reason(name, world, tmp_path):
 
 
 def _old_reader(rest, n_inputs):
-    """What sandbox.py did with the result line before issue 15 (kept here only as the control)."""
+    """What sandbox.py did with the result line before it checked its exact shape (kept here only as the
+    control)."""
     try:
         body = json.loads(rest)
         outputs = body.get("outputs")

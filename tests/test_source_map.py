@@ -61,7 +61,7 @@ def test_licence_is_the_installed_one():
 
 
 def test_cites_no_document_outside_the_repository():
-    """Issue 14: the map cited a design document that is not in the repository."""
+    """A reader can only follow a map to documents that exist: every *.md it names is in the repository."""
     text = (REPO / "SOURCE_MAP.md").read_text()
     for name in set(re.findall(r"\b([A-Z][A-Z_]+\.md)\b", text)):
         assert (REPO / name).exists(), f"SOURCE_MAP.md cites {name}, which is not in the repository"

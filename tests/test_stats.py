@@ -1,4 +1,4 @@
-"""Uncertainty figures (issue 16 point 5) and --split all (point 1), fast.
+"""Uncertainty figures and --split all, fast.
 
 experiments/stats.py (the runner's) and evidence_audit/uncertainty.py (the audit's, written separately) against
 values computed here by hand or by scipy (installed in .venv; each scipy check is skipped without it), their edge
@@ -255,7 +255,7 @@ def test_extraction_audit_sample_for_split_all_comes_from_every_row_before_any_m
     rows = [{"idx": i, "label": rng.randint(0, 1), "sentence": f"s{i}"} for i in range(200)]
     conf = config.effective(extraction.CONFIG_SECTIONS)
     ctx = types.SimpleNamespace(config=conf, split="all",
-                                inputs=types.SimpleNamespace(data_id="d", data_content_sha256="0" * 64))
+                                data=types.SimpleNamespace(id="d", content_sha256="0" * 64))
     idx_list = selection.select_items(conf, "all", len(rows))
     prereg = extraction.preregistration(ctx, rows, idx_list)
     assert prereg["split"] == "all" and prereg["population"]["item_idx"] == list(range(200))

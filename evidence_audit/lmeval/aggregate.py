@@ -2,11 +2,10 @@
 the task config names (evaluator_utils.TaskOutput.calculate_aggregate_metric), and the stderr where lm-eval's
 definition is deterministic (mean: sample stddev / sqrt(n); "N/A" for one sample or bootstrap_iters 0). Bootstrap
 stderrs (f1, mcc, ...) resample with lm-eval's process pool and seeds: SKIPPED by name."""
-from evidence_audit.checks import expect, short
+from evidence_audit.checks import ARITHMETIC, expect, short
 from evidence_audit.definitions import is_num
 from evidence_audit.lmeval.metrics import AGGREGATIONS, BOOTSTRAPPED, SCALAR_AGGREGATIONS, mean_stderr
 
-A = "arithmetic"
 AGG_TOL = 1e-9      # |recorded - recomputed| allowed for an aggregate (scikit-learn's float order differs)
 
 
@@ -61,9 +60,9 @@ def aggregate_rows(C, t, where):
     orphans = [k for k in recorded if k.partition(",")[0].endswith("_stderr")
                and f"{k.partition(',')[0][:-len('_stderr')]},{k.partition(',')[2]}" not in recorded]
     bad += [f"{where} results.{t.name}.{k}: a stderr without its aggregate ({short(recorded[k])})" for k in orphans]
-    C.add(t.label, A, "aggregates recomputed from the per-sample values (config's aggregation)", n_agg, bad)
-    C.add(t.label, A, "stderr recomputed (mean: sample stddev / sqrt(n))", n_se, bad_se)
+    C.add(t.label, ARITHMETIC, "aggregates recomputed from the per-sample values (config's aggregation)", n_agg, bad)
+    C.add(t.label, ARITHMETIC, "stderr recomputed (mean: sample stddev / sqrt(n))", n_se, bad_se)
     for name in sorted(skipped):
-        C.skip(t.label, A, f"aggregate {name}", "aggregation not implemented in the audit: NOT checked")
+        C.skip(t.label, ARITHMETIC, f"aggregate {name}", "aggregation not implemented in the audit: NOT checked")
     for name in sorted(skipped_se):
-        C.skip(t.label, A, f"stderr {name}", "not deterministic or not implemented in the audit: NOT checked")
+        C.skip(t.label, ARITHMETIC, f"stderr {name}", "not deterministic or not implemented in the audit: NOT checked")

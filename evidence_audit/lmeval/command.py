@@ -6,8 +6,7 @@ too. Pass --report elsewhere for a run directory that must stay untouched (or is
 import sys
 from pathlib import Path
 
-from evidence_audit import forward
-from evidence_audit.checks import print_report, write_report
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, AuditOptions, print_report, write_report
 from evidence_audit.lmeval.driver import audit_lmeval
 from evidence_audit.reading import Unreadable
 
@@ -42,11 +41,11 @@ def lmeval_main(args):
     if args.sample is not None and args.sample < 1:
         print(f"error: --sample {args.sample}: expected a positive number of requests", file=sys.stderr)
         return 2
-    forward.set_threads(args.threads)
-    levels = ("arithmetic",) + (("identity",) if args.tokens or args.forward else ()) \
-        + (("forward",) if args.forward else ())
+    levels = (ARITHMETIC,) + ((IDENTITY,) if args.tokens or args.forward else ()) \
+        + ((FORWARD,) if args.forward else ())
     try:
-        report = audit_lmeval(args.lm_eval, levels, args.data, args.model, args.sample, args.task)
+        report = audit_lmeval(args.lm_eval, levels, args.data, args.model, args.sample, args.task,
+                              options=AuditOptions(threads=args.threads))
     except Unreadable as e:
         print(f"error: unreadable lm-eval output: {e}", file=sys.stderr)
         return 2

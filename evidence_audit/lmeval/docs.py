@@ -8,11 +8,9 @@ follows from the run alone; the identity level (--data) confirms each by content
 """
 import json
 
-from evidence_audit.checks import expect
+from evidence_audit.checks import ARITHMETIC, expect
 from evidence_audit.lmeval.task import group_of
 from evidence_audit.reading import sha256_text
-
-A = "arithmetic"
 
 
 def doc_id_rows(C, t):
@@ -37,8 +35,9 @@ def doc_id_rows(C, t):
     for f, ids in ids_by_filter.items():
         if sorted(ids) != sorted(first):
             bad.append(f"filter {f}: logs doc_ids {short_set(set(ids) ^ set(first))} that another filter does not")
-    C.add(t.label, A, "doc_ids: no duplicate, in range, same documents under every filter", len(t.samples), bad)
-    C.add(t.label, A, "doc_ids in lm-eval's logging order (unsorted --samples mislabels samples)",
+    C.add(t.label, ARITHMETIC, "doc_ids: no duplicate, in range, same documents under every filter", len(t.samples),
+          bad)
+    C.add(t.label, ARITHMETIC, "doc_ids in lm-eval's logging order (unsorted --samples mislabels samples)",
           len(t.samples), order_bad)
     count_row(C, t, first)
 
@@ -67,7 +66,7 @@ def count_row(C, t, ids):
         missing = sorted(set(range(ns["effective"])) - set(ids))
         if missing:
             bad.append(f"doc_ids {short_set(missing)}: missing (a limit logs the first {ns['effective']} documents)")
-    C.add(t.label, A, "sample count vs n-samples and limit", len(ids), bad)
+    C.add(t.label, ARITHMETIC, "sample count vs n-samples and limit", len(ids), bad)
 
 
 def doc_hash(doc):
@@ -86,12 +85,12 @@ def hash_rows(C, t, results):
         expect(bad, s.where, "doc_hash", r["doc_hash"], doc_hash(r["doc"]), "sha256 of json.dumps(doc, indent=2)")
         expect(bad, s.where, "prompt_hash", r["prompt_hash"], sha256_text(s.requests[0][0]), "sha256 of the context")
         expect(bad, s.where, "target_hash", r["target_hash"], sha256_text(r["target"]), "sha256 of the target")
-    C.add(t.label, A, "doc_hash, prompt_hash, target_hash recomputed", len(t.samples), bad)
+    C.add(t.label, ARITHMETIC, "doc_hash, prompt_hash, target_hash recomputed", len(t.samples), bad)
     bad = []
     whole = sha256_text("".join(s.raw["doc_hash"] + s.raw["prompt_hash"] + s.raw["target_hash"] for s in t.samples))
     expect(bad, results.name, f"task_hashes.{t.name}", results.data["task_hashes"].get(t.name), whole,
            "sha256 of every sample's doc/prompt/target hashes in file order: a sample deleted, added or moved")
-    C.add(t.label, A, "task_hashes (results) recomputed from the samples", len(t.samples), bad)
+    C.add(t.label, ARITHMETIC, "task_hashes (results) recomputed from the samples", len(t.samples), bad)
 
 
 def group_row(C, t):
@@ -100,13 +99,13 @@ def group_row(C, t):
     the row is SKIPPED naming the group, and the identity level (--data) decides."""
     check = "limit vs question groups (run alone)"
     if not t.grouped():
-        C.skip(t.label, A, check, "documents are not parts of (sentence, question) groups", requested=False)
+        C.skip(t.label, ARITHMETIC, check, "documents are not parts of (sentence, question) groups", requested=False)
         return
     ns = t.n_samples
     if not t.limit or ns["effective"] >= ns["original"]:
-        C.add(t.label, A, check, len(t.samples), [], note="no limit below the split's size: no group cut")
+        C.add(t.label, ARITHMETIC, check, len(t.samples), [], note="no limit below the split's size: no group cut")
         return
     last = max(t.samples, key=lambda s: s.doc_id)
-    C.skip(t.label, A, check, f"limit {t.limit} < {ns['original']} documents: the last logged group "
-                              f"({group_of(last.raw['doc'])[1]}) may continue after the cut; --tokens --data FILE "
-                              "decides")
+    C.skip(t.label, ARITHMETIC, check, f"limit {t.limit} < {ns['original']} documents: the last logged group "
+                                       f"({group_of(last.raw['doc'])[1]}) may continue after the cut; "
+                                       "--tokens --data FILE decides")

@@ -2,15 +2,13 @@
 the report dict in the form evidence_audit.driver builds it (same checks, counts, headline, exit code)."""
 from pathlib import Path
 
-from evidence_audit.checks import Checks
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, Checks
 from evidence_audit.driver import AUDIT_FORMAT, headline
 from evidence_audit.lmeval import aggregate, docs, identity, persample, rescore
 from evidence_audit.lmeval.files import discover, orphan_samples
 from evidence_audit.lmeval.fmt import read_results, read_samples
 from evidence_audit.lmeval.task import TaskRun
 from evidence_audit.reading import Unreadable
-
-A = "arithmetic"
 
 
 class Results:
@@ -37,8 +35,9 @@ def tasks_of(run, res, several, C, only):
             C.skip(label(name), "-", "(whole task)", "not selected (--task)", requested=False)
             continue
         if name not in run.samples:
-            C.add(label(name), A, "samples file", 0, [f"{res.name}: task {name} has no samples_{name}_{run.date_id}"
-                                                      ".jsonl beside it (run lm_eval with --log_samples)"])
+            C.add(label(name), ARITHMETIC, "samples file", 0,
+                  [f"{res.name}: task {name} has no samples_{name}_{run.date_id}.jsonl beside it (run lm_eval with "
+                   "--log_samples)"])
             continue
         if not isinstance(top["results"].get(name), dict) or not isinstance(top["n-samples"].get(name), dict):
             raise Unreadable(f"{res.path}: field 'results.{name}' or 'n-samples.{name}': missing for a configured task")
@@ -46,10 +45,11 @@ def tasks_of(run, res, several, C, only):
         out.append(TaskRun(name, label(name), top["configs"][name], top["results"][name], top["n-samples"][name],
                            top["config"], read_samples(run.samples[name]), run.samples[name], chat))
     for name in sorted(set(run.samples) - set(top["configs"])):
-        C.add(label(name), A, "samples file", 0, [f"{run.samples[name].name}: no config for task {name} in {res.name}"])
+        C.add(label(name), ARITHMETIC, "samples file", 0,
+              [f"{run.samples[name].name}: no config for task {name} in {res.name}"])
     for name in sorted(set(top["results"]) - set(top["configs"])):
-        C.skip(label(name), A, "group aggregate", f"{name} has no task config (a group): its aggregate is NOT "
-                                                  "recomputed")
+        C.skip(label(name), ARITHMETIC, "group aggregate", f"{name} has no task config (a group): its aggregate is NOT "
+                                                           "recomputed")
     return out
 
 
@@ -61,18 +61,18 @@ def audit_task(C, t, res, levels, opts):
     persample.persample_rows(C, t)
     aggregate.aggregate_rows(C, t, res.name)
     ids = None
-    if "identity" in levels:
+    if IDENTITY in levels:
         identity.identity_rows(C, t, data_for(opts["data"], t.name), opts["loaded"])
         ids = rescore.boundary_rows(C, t, opts["model"], res.data)
-    if "forward" in levels:
+    if FORWARD in levels:
         return rescore.forward_rows(C, t, opts["model"], res.data, ids, opts["sample"])
     return None
 
 
-def audit_lmeval(run_dir, levels=("arithmetic",), data=(), model=None, sample=None, only=None):
-    """The report dict of `audit.py --lm-eval RUN_DIR`. Raises Unreadable (exit 2) for an unreadable or unknown
-    format."""
-    C, details, tasks = Checks(), {}, []
+def audit_lmeval(run_dir, levels=(ARITHMETIC,), data=(), model=None, sample=None, only=None, options=None):
+    """The report dict of `audit.py --lm-eval RUN_DIR` (options: checks.AuditOptions, e.g. --threads). Raises
+    Unreadable (exit 2) for an unreadable or unknown format."""
+    C, details, tasks = Checks(options), {}, []
     opts = {"data": data, "model": model, "sample": sample, "loaded": {}}
     runs = discover(run_dir)
     for run in runs:
@@ -83,10 +83,10 @@ def audit_lmeval(run_dir, levels=("arithmetic",), data=(), model=None, sample=No
             if figures:
                 details[t.label] = {"forward": figures}
     for p in orphan_samples(run_dir, runs):
-        C.add("-", A, "samples file", 0, [f"{p}: a samples file with no results file of its date"])
+        C.add("-", ARITHMETIC, "samples file", 0, [f"{p}: a samples file with no results file of its date"])
     for name in only or []:
         if name not in tasks:
-            C.add(name, A, "task", 0, [f"--task {name}: no such task in {run_dir}"])
+            C.add(name, ARITHMETIC, "task", 0, [f"--task {name}: no such task in {run_dir}"])
     status = [r["status"] for r in C.rows]
     report = {"audit_format": AUDIT_FORMAT, "evidence": str(run_dir), "kind": "lm-eval output", "levels": list(levels),
               "cache": None, "experiments": tasks, "checks": C.rows, "n_pass": status.count("PASS"),

@@ -8,12 +8,11 @@ compared with the logged target and each request's context; multiple_choice cont
 With --model DIR: the continuation token boundaries (tokens.py)."""
 import ast
 
-from evidence_audit.checks import expect, short
+from evidence_audit.checks import IDENTITY, expect, short
 from evidence_audit.lmeval.data import load_rows, same_row
 from evidence_audit.lmeval.docs import doc_hash
 from evidence_audit.lmeval.task import group_of
 
-L = "identity"
 _ENV, _TEMPLATES = [], {}
 
 
@@ -82,11 +81,11 @@ def data_rows(C, t, rows, typed, data_path):
         if typed:
             expect(bad, s.where, "doc_hash", s.raw["doc_hash"], doc_hash(rows[s.doc_id]),
                    f"recomputed from data row {s.doc_id}")
-    C.add(t.label, L, "each logged doc == the data row at its doc_id (and its doc_hash)", len(t.samples), bad,
+    C.add(t.label, IDENTITY, "each logged doc == the data row at its doc_id (and its doc_hash)", len(t.samples), bad,
           note=str(data_path))
     check = "limit vs question groups (data)"
     if not t.grouped():
-        C.skip(t.label, L, check, "documents are not parts of (sentence, question) groups", requested=False)
+        C.skip(t.label, IDENTITY, check, "documents are not parts of (sentence, question) groups", requested=False)
         return
     in_data, logged = {}, {}
     for row in rows:
@@ -96,7 +95,7 @@ def data_rows(C, t, rows, typed, data_path):
         logged.setdefault(key, [name, 0])[1] += 1
     bad = [f"group {name}: {n} of its {in_data.get(key, 0)} documents logged (the limit or selection cuts it; "
            "a per-question figure on it is wrong)" for key, (name, n) in logged.items() if n != in_data.get(key, 0)]
-    C.add(t.label, L, check, len(logged), bad)
+    C.add(t.label, IDENTITY, check, len(logged), bad)
 
 
 def prompt_rows(C, t):
@@ -110,7 +109,8 @@ def prompt_rows(C, t):
                            ("chat_template / system_instruction", t.chat)) if on]
     if why:
         for check in ("target re-rendered from doc_to_target", "prompt re-rendered from doc_to_text"):
-            C.skip(t.label, L, check, f"config {', '.join(why)}: re-rendering not implemented for it; NOT checked")
+            C.skip(t.label, IDENTITY, check,
+                   f"config {', '.join(why)}: re-rendering not implemented for it; NOT checked")
         return
     has_choices = cfg.get("doc_to_choice") is not None
     bad_t, bad_p = [], []
@@ -130,15 +130,15 @@ def prompt_rows(C, t):
         for i, (ctx, _) in enumerate(s.requests):
             expect(bad_p, s.where, f"arguments.gen_args_{i}.arg_0", ctx, desc + text,
                    "description + doc_to_text rendered on the logged doc")
-    C.add(t.label, L, "target re-rendered from doc_to_target", len(t.samples), bad_t)
-    C.add(t.label, L, "prompt re-rendered from doc_to_text (sandboxed Jinja)", len(t.samples), bad_p)
+    C.add(t.label, IDENTITY, "target re-rendered from doc_to_target", len(t.samples), bad_t)
+    C.add(t.label, IDENTITY, "prompt re-rendered from doc_to_text (sandboxed Jinja)", len(t.samples), bad_p)
 
 
 def identity_rows(C, t, data, loaded):
     """The identity level of one task, without the tokenizer (rescore.boundary_rows adds that). `loaded`: this
     audit's {--data path: (rows, typed)} (one file may serve several tasks)."""
     if data is None:
-        C.skip(t.label, L, "each logged doc == the data row at its doc_id (and its doc_hash)",
+        C.skip(t.label, IDENTITY, "each logged doc == the data row at its doc_id (and its doc_hash)",
                "needs --data FILE (a local copy of the evaluated split): mislabelled samples NOT checked")
     else:
         if data not in loaded:

@@ -1,11 +1,10 @@
 """Arithmetic level: every per-sample metric recomputed from the sample's own resps / filtered_resps and target,
 with lm-eval 0.4.9.2's process_results (metrics.py). What is not implemented is a SKIPPED row naming it."""
-from evidence_audit.checks import expect, same
+from evidence_audit.checks import ARITHMETIC, expect, same
 from evidence_audit.lmeval import fmt
 from evidence_audit.lmeval.metrics import EXACT_MATCH_ARGS, apply_filters, exact_match, multiple_choice, \
     unsupported_filters
 
-A = "arithmetic"
 LOGLIKELIHOOD = ("multiple_choice", "loglikelihood")     # the output types whose requests are loglikelihood
 MC_METRICS = ("acc", "acc_norm", "acc_bytes", "exact_match", "f1", "mcc")
 
@@ -123,15 +122,17 @@ def persample_rows(C, t):
     kind = {"multiple_choice": mc_sample, "generate_until": generate_sample,
             "loglikelihood": loglikelihood_sample}.get(t.output_type)
     if kind is None:
-        C.skip(t.label, A, "per-sample metrics recomputed", f"output_type {t.output_type!r}: not implemented here "
-                                                            "(multiple_choice, loglikelihood, generate_until are)")
+        C.skip(t.label, ARITHMETIC, "per-sample metrics recomputed",
+               f"output_type {t.output_type!r}: not implemented here (multiple_choice, loglikelihood, "
+               "generate_until are)")
         return
     if t.output_type in LOGLIKELIHOOD and set(t.filters()) != {"none"}:
-        C.skip(t.label, A, "per-sample metrics recomputed", f"{t.output_type} with filters {sorted(t.filters())}: "
-                                                            "only the default take_first is implemented")
+        C.skip(t.label, ARITHMETIC, "per-sample metrics recomputed",
+               f"{t.output_type} with filters {sorted(t.filters())}: only the default take_first is implemented")
         return
     for s in t.samples:
         kind(t, s, bad, skipped)
-    C.add(t.label, A, "per-sample metrics recomputed from resps/filtered_resps and target", len(t.samples), bad)
+    C.add(t.label, ARITHMETIC, "per-sample metrics recomputed from resps/filtered_resps and target", len(t.samples),
+          bad)
     for name in sorted(skipped):
-        C.skip(t.label, A, f"per-sample {name}", "not implemented in the audit: NOT checked")
+        C.skip(t.label, ARITHMETIC, f"per-sample {name}", "not implemented in the audit: NOT checked")

@@ -13,13 +13,12 @@ import time
 from pathlib import Path
 
 from evidence_audit import forward, tokens
-from evidence_audit.checks import expect
+from evidence_audit.checks import FORWARD, IDENTITY, expect
 from evidence_audit.definitions import argmax_first
 from evidence_audit.lmeval import fmt
 from evidence_audit.lmeval.persample import LOGLIKELIHOOD
 
 SAMPLE_SALT = "lmeval-forward-sample-v1"
-I, F = "identity", "forward"
 BOUNDARIES = "continuation token boundaries (model's tokenizer, lm-eval's _encode_pair)"
 
 
@@ -44,11 +43,11 @@ def boundary_rows(C, t, model_dir, top):
     """Row BOUNDARIES; returns {(doc_id, request index): (context ids, continuation ids)} for the forward level,
     or None (after a SKIPPED row) when there is no tokenizer or the task has no loglikelihood requests."""
     if t.output_type not in LOGLIKELIHOOD:
-        C.skip(t.label, I, BOUNDARIES, f"output_type {t.output_type}: no loglikelihood request", requested=False)
+        C.skip(t.label, IDENTITY, BOUNDARIES, f"output_type {t.output_type}: no loglikelihood request", requested=False)
         return None
     tok_path = Path(model_dir) / "tokenizer.json" if model_dir else None
     if tok_path is None or not tok_path.exists():
-        C.skip(t.label, I, BOUNDARIES, f"needs --model DIR with tokenizer.json (found {tok_path})")
+        C.skip(t.label, IDENTITY, BOUNDARIES, f"needs --model DIR with tokenizer.json (found {tok_path})")
         return None
     tok = tokens.load_tokenizer(tok_path)
     add_bos = "add_bos_token=True" in str(t.run_config.get("model_args"))
@@ -68,7 +67,7 @@ def boundary_rows(C, t, model_dir, top):
             if max_len and len(c_ids) + len(k_ids) > max_len + 1:
                 c_ids = (c_ids + k_ids)[-(max_len + 1):][:-len(k_ids)]     # HFLM's left truncation
             out[(s.doc_id, i)] = (c_ids, k_ids)
-    C.add(t.label, I, BOUNDARIES, len(out), bad,
+    C.add(t.label, IDENTITY, BOUNDARIES, len(out), bad,
           note=f"{tok_path}; {not_prefix} requests whose context tokens are not a prefix of context+continuation")
     return None if bad else out
 
@@ -92,24 +91,24 @@ def model_row(C, t, model_dir, top):
     """Row "model (parameters == results' model_num_parameters)"; the loaded Llama or None (SKIPPED rows)."""
     st = Path(model_dir) / "model.safetensors" if model_dir else None
     if st is None or not st.exists():
-        C.skip(t.label, F, "loglikelihoods re-scored", f"needs --model DIR with model.safetensors (found {st})")
+        C.skip(t.label, FORWARD, "loglikelihoods re-scored", f"needs --model DIR with model.safetensors (found {st})")
         return None
     dtype = t.run_config.get("model_dtype")
     if dtype not in (None, "torch.float32"):
-        C.skip(t.label, F, "loglikelihoods re-scored", f"the run's model_dtype is {dtype}: the audit's forward pass is "
-                                                       "float32 and its 1e-4 tolerance does not cover that rounding "
-                                                       "(run lm-eval with dtype=float32)")
+        C.skip(t.label, FORWARD, "loglikelihoods re-scored",
+               f"the run's model_dtype is {dtype}: the audit's forward pass is float32 and its 1e-4 tolerance does not "
+               "cover that rounding (run lm-eval with dtype=float32)")
         return None
-    forward.use_threads()
+    forward.use_threads(C.options.threads)
     model, why = forward.load_llama(model_dir)
     if model is None:
-        C.skip(t.label, F, "loglikelihoods re-scored", why)
+        C.skip(t.label, FORWARD, "loglikelihoods re-scored", why)
         return None
     bad = []
     n_params = sum(w.numel() for k, w in model[2].items())
     expect(bad, "results", "config.model_num_parameters", t.run_config.get("model_num_parameters"), n_params,
            f"parameters in {st}")
-    C.add(t.label, F, "model (parameters == results' model_num_parameters)", 1, bad)
+    C.add(t.label, FORWARD, "model (parameters == results' model_num_parameters)", 1, bad)
     return model
 
 
@@ -117,12 +116,12 @@ def forward_rows(C, t, model_dir, top, ids, sample_n):
     """Rows "loglikelihoods re-scored" and "is_greedy / argmax re-derived": max abs diff, argmax changes, the
     documents whose values moved. Returns the figures for audit.json, or None."""
     if t.output_type not in LOGLIKELIHOOD:
-        C.skip(t.label, F, "loglikelihoods re-scored", f"output_type {t.output_type}: generations are not re-run "
-                                                       "(only loglikelihood requests are)", requested=False)
+        C.skip(t.label, FORWARD, "loglikelihoods re-scored", f"output_type {t.output_type}: generations are not re-run "
+                                                             "(only loglikelihood requests are)", requested=False)
         return None
     if ids is None:
-        C.skip(t.label, F, "loglikelihoods re-scored", "needs the identity level's token boundaries (--model DIR "
-                                                       "with its tokenizer), which were unavailable or failed")
+        C.skip(t.label, FORWARD, "loglikelihoods re-scored", "needs the identity level's token boundaries (--model DIR "
+                                                             "with its tokenizer), which were unavailable or failed")
         return None
     model = model_row(C, t, model_dir, top)
     if model is None:
@@ -151,8 +150,8 @@ def forward_rows(C, t, model_dir, top, ids, sample_n):
                argmax_first(new), "the prediction acc is computed from")
     what = f"a sample: {len(keep)} of {len({s.doc_id for s in t.samples})} documents (--sample {sample_n}, " \
            f"sha256({SAMPLE_SALT}:task:doc_id) order)" if sample_n is not None else "every request"
-    C.add(t.label, F, "loglikelihoods re-scored (own float32 Llama forward)", n, bad,
+    C.add(t.label, FORWARD, "loglikelihoods re-scored (own float32 Llama forward)", n, bad,
           note=f"max |recomputed - logged| = {worst:.3g} over {what}; documents moved: {sorted(moved)}")
-    C.add(t.label, F, "argmax changes (the prediction) after re-scoring", len(keep), bad_argmax)
+    C.add(t.label, FORWARD, "argmax changes (the prediction) after re-scoring", len(keep), bad_argmax)
     return {"max_abs_diff": worst, "requests": n, "documents": len(keep), "sample": sample_n, "salt": SAMPLE_SALT,
             "moved": sorted(moved), "tolerance": forward.FORWARD_TOL, "seconds": round(time.perf_counter() - t0, 2)}

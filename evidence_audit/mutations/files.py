@@ -1,16 +1,17 @@
 """Tamper kinds for O as a whole: the manifest and the files it seals, files the per-experiment rules do not read
 (environment.json, report.html, O/private/<exp>/run.json), directories deleted, renamed or added, links and
-special files, and JSON a lenient reader would accept (duplicate keys, NaN, deep nesting, huge integers, lone
-surrogates, bytes that are not UTF-8)."""
+special files, JSON a lenient reader would accept (duplicate keys, NaN, deep nesting, huge integers, lone
+surrogates, bytes that are not UTF-8), and evidence of a format the audit does not read (or of none)."""
 import os
 import re
 import shutil
 from pathlib import Path
 
+from evidence_audit.checks import ARITHMETIC, MANIFEST_LEVEL
 from evidence_audit.mutations.tools import (GLOBAL, HEADLINE, READING, NotApplicable, edit_text, flip_hex,
                                             json_file, kind, need, other_run_id)
+from evidence_audit.reading import FORMAT_KEY, READS_EVIDENCE_FORMATS
 
-A_, M_ = "arithmetic", "manifest"
 RUN_ID = "run id (MANIFEST.json"
 PUBLIC = "public files match MANIFEST.json"
 PRIVATE = "private files match MANIFEST.json"
@@ -71,34 +72,38 @@ def m_public_unsealed(d):
 def manifest_kinds():
     return [
         kind("delete_manifest", GLOBAL, "delete MANIFEST.json", lambda d: need(d / "MANIFEST.json").unlink(),
-             M_, "MANIFEST.json present", seal=False),
+             MANIFEST_LEVEL, "MANIFEST.json present", seal=False),
         kind("manifest_entry_changed", GLOBAL, "MANIFEST.json: one file's sha256 changed",
-             json_file("MANIFEST.json", m_manifest_entry), M_, PUBLIC, seal=False),
+             json_file("MANIFEST.json", m_manifest_entry), MANIFEST_LEVEL, PUBLIC, seal=False),
         kind("manifest_experiment_dropped", GLOBAL, "MANIFEST.json: the last experiment removed from the list",
-             json_file("MANIFEST.json", m_manifest_drop_experiment), M_, LISTED, seal=False),
+             json_file("MANIFEST.json", m_manifest_drop_experiment), MANIFEST_LEVEL, LISTED, seal=False),
         kind("public_file_edited_unsealed", "options", "options/records.jsonl: one correctness flipped, manifest "
-             "left as it was", m_public_unsealed, M_, PUBLIC, seal=False),
+             "left as it was", m_public_unsealed, MANIFEST_LEVEL, PUBLIC, seal=False),
         kind("private_text_edited_unsealed", "mctaco", "private/mctaco/texts.jsonl: an answer edited, manifest left "
-             "as it was", m_private_text_unsealed, M_, PRIVATE, seal=False),
-        kind("add_dotfile", GLOBAL, "add O/.hidden", lambda d: (d / ".hidden").write_text("x\n"), M_, PUBLIC,
-             seal=False),
+             "as it was", m_private_text_unsealed, MANIFEST_LEVEL, PRIVATE, seal=False),
+        kind("add_dotfile", GLOBAL, "add O/.hidden", lambda d: (d / ".hidden").write_text("x\n"), MANIFEST_LEVEL,
+             PUBLIC, seal=False),
         kind("add_dotdir", GLOBAL, "add O/.extra/notes.json", lambda d: (d / ".extra").mkdir() or
-             (d / ".extra" / "notes.json").write_text("{}\n"), M_, PUBLIC, seal=False),
+             (d / ".extra" / "notes.json").write_text("{}\n"), MANIFEST_LEVEL, PUBLIC, seal=False),
         kind("experiment_dir_deleted", "mctaco", "delete O/mctaco/ (manifest rewritten to match the files)",
-             lambda d: shutil.rmtree(need(d / "mctaco")), M_, LISTED),
+             lambda d: shutil.rmtree(need(d / "mctaco")), MANIFEST_LEVEL, LISTED),
         kind("experiment_renamed_dotdir", "options", "rename O/options/ to O/.options/",
-             m_rename_to_dotdir("options"), M_, LISTED, seal=False),
+             m_rename_to_dotdir("options"), MANIFEST_LEVEL, LISTED, seal=False),
         kind("records_symlink_outside", "protocol", "protocol/records.jsonl replaced by a symlink to a copy "
-             "outside O", m_symlink_outside("protocol/records.jsonl"), M_, ODD, seal=False),
+             "outside O", m_symlink_outside("protocol/records.jsonl"), MANIFEST_LEVEL, ODD, seal=False),
         kind("private_symlink_outside", "extraction", "private/extraction/generations.jsonl replaced by a symlink to "
-             "a copy outside O", m_symlink_outside("private/extraction/generations.jsonl"), M_, ODD, seal=False),
+             "a copy outside O", m_symlink_outside("private/extraction/generations.jsonl"), MANIFEST_LEVEL, ODD,
+             seal=False),
         kind("failure_record_added", "options", "O/options.FAILED.json added (manifest rewritten to list the file)",
-             lambda d: (d / "options.FAILED.json").write_text('{"experiment": "options"}\n'), M_, LISTED),
-        kind("fifo_in_private", "options", "a named pipe in O/private/options/", m_fifo, M_, ODD, seal=False),
+             lambda d: (d / "options.FAILED.json").write_text(
+                 f'{{"{FORMAT_KEY}": {READS_EVIDENCE_FORMATS[1]}, "experiment": "options"}}\n'),
+             MANIFEST_LEVEL, LISTED),
+        kind("fifo_in_private", "options", "a named pipe in O/private/options/", m_fifo, MANIFEST_LEVEL, ODD,
+             seal=False),
         kind("private_tmp_leftover", "protocol", "O/private/.tmp-protocol-x/ left with a copy of the texts",
-             m_private_leftover, M_, PRIVATE, seal=False),
+             m_private_leftover, MANIFEST_LEVEL, PRIVATE, seal=False),
         kind("delete_private", GLOBAL, "delete O/private/ (the audit must not print a bare PASS)",
-             lambda d: shutil.rmtree(need(d / "private")), A_, HEADLINE),
+             lambda d: shutil.rmtree(need(d / "private")), ARITHMETIC, HEADLINE),
     ]
 
 
@@ -147,26 +152,26 @@ def m_report_run_id(text):
 def identity_kinds():
     return [
         kind("environment_commit", GLOBAL, "environment.json: git_commit changed (contradicts every identity.json)",
-             m_env("git_commit", flip_hex), A_, ENV),
+             m_env("git_commit", flip_hex), ARITHMETIC, ENV),
         kind("environment_dirty", GLOBAL, "environment.json: git_dirty flipped",
-             m_env("git_dirty", lambda v: not v), A_, ENV),
+             m_env("git_dirty", lambda v: not v), ARITHMETIC, ENV),
         kind("environment_code_hash", GLOBAL, "environment.json: code_sha256 changed",
-             m_env("code_sha256", flip_hex), A_, ENV),
+             m_env("code_sha256", flip_hex), ARITHMETIC, ENV),
         kind("environment_run_id", GLOBAL, "environment.json: run_id of another run", m_env("run_id", other_run_id),
-             M_, RUN_ID),
+             MANIFEST_LEVEL, RUN_ID),
         kind("identity_run_id", "extraction", "extraction/identity.json: run_id of another run",
              json_file("extraction/identity.json", lambda o: o.update(run_id=other_run_id(o.get("run_id")))),
-             M_, RUN_ID),
+             MANIFEST_LEVEL, RUN_ID),
         kind("stale_private_run_id", "mctaco", "private/mctaco/run.json: run_id of another run (a stale private "
-             "half)", m_run_json("mctaco", "run_id", other_run_id), M_, RUN_ID),
+             "half)", m_run_json("mctaco", "run_id", other_run_id), MANIFEST_LEVEL, RUN_ID),
         kind("private_run_json_experiment", "harness", "private/harness/run.json: names another experiment",
-             m_run_json("harness", "experiment", lambda v: "protocol"), M_, RUN_ID),
+             m_run_json("harness", "experiment", lambda v: "protocol"), MANIFEST_LEVEL, RUN_ID),
         kind("report_number_changed", GLOBAL, "report.html: a number cell's data-value and text changed together",
-             m_report_cell(True), A_, REPORT, seal="manifest"),
+             m_report_cell(True), ARITHMETIC, REPORT, seal="manifest"),
         kind("report_text_changed", GLOBAL, "report.html: a number cell's shown text changed (data-value kept)",
-             m_report_cell(False), A_, REPORT, seal="manifest"),
+             m_report_cell(False), ARITHMETIC, REPORT, seal="manifest"),
         kind("report_run_id", GLOBAL, "report.html: evidence-run-id meta of another run",
-             lambda d: edit_text(d, "report.html", m_report_run_id), A_, REPORT, seal="manifest"),
+             lambda d: edit_text(d, "report.html", m_report_run_id), ARITHMETIC, REPORT, seal="manifest"),
     ]
 
 
@@ -209,23 +214,49 @@ def prepend_key(text):
 def lenient_kinds():
     return [
         kind("duplicate_key_summary", "protocol", "summary.json: a second \"split\" key (a lenient reader keeps the "
-             "last)", text_edit("protocol/summary.json", prepend_key('\n "split": "confirm",')), A_, READING),
+             "last)", text_edit("protocol/summary.json", prepend_key('\n "split": "confirm",')), ARITHMETIC, READING),
         kind("duplicate_key_record", "mctaco", "records.jsonl line 1: a second \"label\" key",
-             text_edit("mctaco/records.jsonl", prepend_key('"label": 0, '), line1=True), A_, READING),
+             text_edit("mctaco/records.jsonl", prepend_key('"label": 0, '), line1=True), ARITHMETIC, READING),
         kind("nan_score", "options", "records.jsonl line 1: a score written as NaN",
              text_edit("options/records.jsonl", sub1(r'"scores": \[[^,\]]+', '"scores": [NaN'), line1=True),
-             A_, READING),
+             ARITHMETIC, READING),
         kind("huge_integer", "protocol", "records.jsonl line 1: context_tokens of 5000 digits",
              text_edit("protocol/records.jsonl", sub1(r'"context_tokens": \d+', '"context_tokens": ' + "9" * 5000),
-                       line1=True), A_, READING),
+                       line1=True), ARITHMETIC, READING),
         kind("deep_nesting", "extraction", "summary.json: a value nested 100000 arrays deep",
              text_edit("extraction/summary.json", prepend_key('\n "deep": ' + "[" * 100000 + "]" * 100000 + ",")),
-             A_, READING),
+             ARITHMETIC, READING),
         kind("lone_surrogate", "harness", "records.jsonl line 1: a string with a lone surrogate \\ud800",
-             text_edit("harness/records.jsonl", sub1(r'"task": "', r'"task": "\\ud800'), line1=True), A_, READING),
-        kind("invalid_utf8", "options", "records.jsonl: a byte 0xff inside a string", m_invalid_utf8, A_, READING),
+             text_edit("harness/records.jsonl", sub1(r'"task": "', r'"task": "\\ud800'), line1=True),
+             ARITHMETIC, READING),
+        kind("invalid_utf8", "options", "records.jsonl: a byte 0xff inside a string", m_invalid_utf8,
+             ARITHMETIC, READING),
+    ]
+
+
+# ---- the evidence format ---------------------------------------------------------------------------------------------
+
+def m_format(value):
+    """The evidence_format of a JSON file set to `value` (None: removed, as in evidence written before versioning)."""
+    def edit(o):
+        if FORMAT_KEY not in o:
+            raise NotApplicable(f"the file has no {FORMAT_KEY}")
+        if value is None:
+            del o[FORMAT_KEY]
+        else:
+            o[FORMAT_KEY] = value
+    return edit
+
+
+def format_kinds():
+    newer = READS_EVIDENCE_FORMATS[1] + 1
+    return [
+        kind("evidence_format_newer", "protocol", f"summary.json: {FORMAT_KEY} {newer}, a format this audit does "
+             "not read", json_file("protocol/summary.json", m_format(newer)), ARITHMETIC, READING),
+        kind("evidence_format_missing", GLOBAL, f"environment.json: {FORMAT_KEY} removed (evidence written before "
+             "the format was versioned)", json_file("environment.json", m_format(None)), ARITHMETIC, READING),
     ]
 
 
 def file_kinds():
-    return manifest_kinds() + identity_kinds() + lenient_kinds()
+    return manifest_kinds() + identity_kinds() + lenient_kinds() + format_kinds()

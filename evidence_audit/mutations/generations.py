@@ -4,12 +4,11 @@ arithmetic level recomputes is recomputed by the forger too, so only the private
 model itself (forward level) can tell."""
 import json
 
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY
 from evidence_audit.mutations.tools import (NotApplicable, edit_json, edit_jsonl, edit_text, first_where, kind,
                                             need, private_rows, records)
 from evidence_audit.reading import read_json, read_jsonl, resolve_cache, sha256_file, sha256_text
 from evidence_audit.rules.harness import h_aggregate, h_norm
-
-A_, I_, F_ = "arithmetic", "identity", "forward"
 
 
 # ---- extraction ----------------------------------------------------------------------------------------------------
@@ -94,20 +93,20 @@ def extraction_kinds():
     X, rec = "extraction", lambda fn, n=1: records("extraction", fn, n)   # noqa: E731
     return [
         kind("extraction_exact_flip", X, "record 0: exact.correct -> 1 - correct", rec(m_exact_flip),
-             A_, "scores recomputed from the private generations"),
+             ARITHMETIC, "scores recomputed from the private generations"),
         kind("extraction_audit_sample", X, "records 0 and 1 exchange their audit_position (the pre-registered "
-             "sample)", rec(m_swap_audit_positions, 2), A_, "audit sample"),
+             "sample)", rec(m_swap_audit_positions, 2), ARITHMETIC, "audit sample"),
         kind("extraction_summary_n_items", X, "summary.json: n_items += 1",
              lambda d: edit_json(d, "extraction/summary.json", lambda o: o.update(n_items=o["n_items"] + 1)),
-             A_, "summary.json"),
+             ARITHMETIC, "summary.json"),
         kind("extraction_generation_text", X, "private generations, line 1: the generated text gains a space",
-             private_rows(X, "generations.jsonl", m_generation_text), A_,
+             private_rows(X, "generations.jsonl", m_generation_text), ARITHMETIC,
              "scores recomputed from the private generations"),
         kind("extraction_generated_id", X, "private generations, line 1: generated_ids[0] += 1, record's "
-             "generated_ids_sha256 rewritten to match", m_generated_id, I_, "tokenisation"),
+             "generated_ids_sha256 rewritten to match", m_generated_id, IDENTITY, "tokenisation"),
         kind("extraction_token_resplit", X, "one generated token replaced by two that decode to the same text; "
              "token counts and generated_ids_sha256 rewritten (text, scores, hashes unchanged)", m_token_resplit,
-             F_, "greedy tokens"),
+             FORWARD, "greedy tokens"),
     ]
 
 
@@ -217,32 +216,33 @@ def harness_kinds():
     H = "harness"
     return [
         kind("harness_code_score", H, "code example: score changed although the sandbox counts say otherwise",
-             records(H, m_code_score), A_, "example scores"),
+             records(H, m_code_score), ARITHMETIC, "example scores"),
         kind("harness_overall", H, "summary.json: leaderboard.overall += 0.1",
              lambda d: edit_json(d, "harness/summary.json", lambda s: s["leaderboard"].update(
-                 overall=s["leaderboard"]["overall"] + 0.1)), A_, "task and overall scores"),
+                 overall=s["leaderboard"]["overall"] + 0.1)), ARITHMETIC, "task and overall scores"),
         kind("harness_fixture_claim", H, "summary.json: tasks_are_shipped_fixtures.arithmetic -> false",
              lambda d: edit_json(d, "harness/summary.json", lambda s: s["tasks_are_shipped_fixtures"].update(
-                 arithmetic=not s["tasks_are_shipped_fixtures"]["arithmetic"])), A_, "task files vs shipped fixtures"),
+                 arithmetic=not s["tasks_are_shipped_fixtures"]["arithmetic"])),
+             ARITHMETIC, "task files vs shipped fixtures"),
         kind("harness_private_score", H, "private leaderboard: one example's score changed",
              lambda d: edit_json(d, "private/harness/leaderboard.json", m_private_score),
-             I_, "example scores from predictions"),
+             IDENTITY, "example scores from predictions"),
         kind("harness_prediction_replaced", H, "a wrong answer replaced by the target, recomputed consistently "
              "(score, prediction_sha256, task and overall scores, private leaderboard)", m_prediction_replaced,
-             I_, "private generations"),
+             IDENTITY, "private generations"),
         kind("harness_prediction_and_ids_replaced", H, "a wrong answer replaced by the target and its generated ids "
              "re-tokenised from it, everything else recomputed consistently", m_prediction_and_ids_replaced,
-             F_, "greedy tokens"),
+             FORWARD, "greedy tokens"),
         kind("harness_target_to_wrong_answer", H, "a task target changed to the model's wrong answer, recomputed "
              "consistently (task file sha256, scores, fixture claim)", m_target_to_wrong_answer,
-             I_, "task files vs the repository's fixtures"),
+             IDENTITY, "task files vs the repository's fixtures"),
         kind("harness_token_resplit", H, "private generations: one generated token replaced by two that decode to "
              "the same prediction (nothing public changes)",
-             lambda d: resplit(d, "harness", lambda g: g.get("finish_reason") == "eos"), F_, "greedy tokens"),
+             lambda d: resplit(d, "harness", lambda g: g.get("finish_reason") == "eos"), FORWARD, "greedy tokens"),
         kind("harness_task_file_edited", H, "private task file: a prompt edited, nothing else",
              lambda d: edit_text(d, "private/harness/tasks/substring.jsonl",
                                  lambda t: t.replace('"prompt": "', '"prompt": "Please: ', 1)),
-             I_, "private task files"),
+             IDENTITY, "private task files"),
     ]
 
 

@@ -3,11 +3,10 @@ texts, and consistent score edits only the forward level can see)."""
 import copy
 import json
 
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY
 from evidence_audit.mutations.tools import (NotApplicable, edit_json, flip_hex, float32, json_file, kind,
                                             other_value, private_rows, records, shift_loser)
 from evidence_audit.reading import read_json, sha256_text
-
-A_, I_, F_ = "arithmetic", "identity", "forward"
 
 
 # ---- protocol ------------------------------------------------------------------------------------------------------
@@ -128,53 +127,54 @@ def m_batch_shape(o):
 def protocol_kinds():
     P, rec = "protocol", lambda fn, n=1: records("protocol", fn, n)   # noqa: E731
     return [
-        kind("flip_label", P, "record 0: label -> 1 - label", rec(m_flip_label), A_, "correctness"),
-        kind("nudge_score", P, "record 0: official.scores[0] += 1e-6", rec(m_nudge_score), A_, "agreement"),
-        kind("drop_record", P, "remove the last record line", rec(lambda r: r[:-1]), A_, "item selection"),
+        kind("flip_label", P, "record 0: label -> 1 - label", rec(m_flip_label), ARITHMETIC, "correctness"),
+        kind("nudge_score", P, "record 0: official.scores[0] += 1e-6", rec(m_nudge_score), ARITHMETIC, "agreement"),
+        kind("drop_record", P, "remove the last record line", rec(lambda r: r[:-1]), ARITHMETIC, "item selection"),
         kind("duplicate_record", P, "append a copy of record 0", rec(lambda r: r + [copy.deepcopy(r[0])]),
-             A_, "item selection"),
-        kind("swap_idx", P, "records 0 and 1 exchange their idx", rec(m_swap_idx, 2), A_, "item selection"),
+             ARITHMETIC, "item selection"),
+        kind("swap_idx", P, "records 0 and 1 exchange their idx", rec(m_swap_idx, 2), ARITHMETIC, "item selection"),
         kind("change_prediction", P, "record 0: independent.pred -> 1 - pred", rec(m_change_prediction),
-             A_, "predictions"),
-        kind("change_token_count", P, "record 0: context_tokens += 1", rec(m_token_count), A_, "candidates"),
+             ARITHMETIC, "predictions"),
+        kind("change_token_count", P, "record 0: context_tokens += 1", rec(m_token_count), ARITHMETIC, "candidates"),
         kind("edit_summary_accuracy", P, "summary.json: independent.accuracy -> another value",
              json_file("protocol/summary.json", lambda o: o["independent"].update(
-                 accuracy=other_value(o["independent"]["accuracy"]))), A_, "summary.json"),
-        kind("alter_prompt_hash", P, "record 0: prompt_sha256 changed", rec(m_prompt_hash), A_, "prompt hashes"),
+                 accuracy=other_value(o["independent"]["accuracy"]))), ARITHMETIC, "summary.json"),
+        kind("alter_prompt_hash", P, "record 0: prompt_sha256 changed", rec(m_prompt_hash),
+             ARITHMETIC, "prompt hashes"),
         kind("alter_private_sentence", P, "private texts, line 1: sentence + ' Not.'",
-             private_rows(P, "texts.jsonl", m_private_sentence), I_, "private texts"),
+             private_rows(P, "texts.jsonl", m_private_sentence), IDENTITY, "private texts"),
         kind("delete_stages", P, "delete protocol/stages.json", lambda d: (d / P / "stages.json").unlink(),
-             A_, "required files"),
+             ARITHMETIC, "required files"),
         kind("move_record_lines", P, "reverse the order of the record lines", rec(lambda r: r[::-1], 2),
-             A_, "item selection"),
+             ARITHMETIC, "item selection"),
         kind("swap_score_lists", P, "records 0 and 1 exchange both score lists and abs_diff (ids no longer pair "
-             "with scores)", rec(m_swap_score_lists, 2), F_, "candidate scores"),
-        kind("lm_eval_item_acc", P, "record 0: official.acc -> 1 - acc", rec(m_item_acc), A_, "correctness"),
+             "with scores)", rec(m_swap_score_lists, 2), FORWARD, "candidate scores"),
+        kind("lm_eval_item_acc", P, "record 0: official.acc -> 1 - acc", rec(m_item_acc), ARITHMETIC, "correctness"),
         kind("lm_eval_reported_acc", P, "config.json official.reported_acc and summary.json lm_eval_reported_acc, "
-             "consistently", m_reported_acc, A_, "summary.json"),
+             "consistently", m_reported_acc, ARITHMETIC, "summary.json"),
         kind("relabel_split", P, "split relabelled consistently in config.json and summary.json (hides what was "
-             "scored)", m_relabel_split, A_, "item selection"),
+             "scored)", m_relabel_split, ARITHMETIC, "item selection"),
         kind("change_salt", P, "selection salt changed consistently in config.json and identity.json", m_salt,
-             A_, "item selection"),
+             ARITHMETIC, "item selection"),
         kind("both_prompt_hashes", P, "record 0: prompt_sha256 and official.prompt_hash changed together",
-             rec(m_both_prompt_hashes), I_, "private texts"),
+             rec(m_both_prompt_hashes), IDENTITY, "private texts"),
         kind("candidate_token_id", P, "record 0: candidates[0].token_ids[0] += 1", rec(m_token_id),
-             I_, "tokenisation"),
-        kind("doc_hash", P, "record 0: official.doc_hash changed", rec(m_doc_hash), I_, "private texts"),
+             IDENTITY, "tokenisation"),
+        kind("doc_hash", P, "record 0: official.doc_hash changed", rec(m_doc_hash), IDENTITY, "private texts"),
         kind("both_scores_shifted", P, "a losing candidate's score -= 1e-3 on both paths (every derived figure "
              "stays consistent)", rec(shift_loser(("official", "independent"), ("official.pred", "independent.pred"))),
-             F_, "candidate scores"),
+             FORWARD, "candidate scores"),
         kind("uncertainty_interval", P, "summary.json: the independent accuracy's Wilson lower bound moved by 1e-6",
-             json_file("protocol/summary.json", m_interval), A_, "summary.json"),
+             json_file("protocol/summary.json", m_interval), ARITHMETIC, "summary.json"),
         kind("uncertainty_pvalue", P, "summary.json: the McNemar p of independent vs the constant class changed",
-             json_file("protocol/summary.json", m_pvalue), A_, "summary.json"),
+             json_file("protocol/summary.json", m_pvalue), ARITHMETIC, "summary.json"),
         kind("score_off_dtype_grid", P, "record 0: the losing score moved by 1e-7 on both paths (not a float32 value)",
-             rec(m_off_grid), A_, "scores are values of the scored dtype"),
+             rec(m_off_grid), ARITHMETIC, "scores are values of the scored dtype"),
         kind("batch_shape", P, "config.json: independent.batching.shapes[0] one token longer",
-             json_file("protocol/config.json", m_batch_shape), A_, "independent path in lm-eval's batches"),
+             json_file("protocol/config.json", m_batch_shape), ARITHMETIC, "independent path in lm-eval's batches"),
         kind("kernel_threads", P, "environment.json: kernels.torch_threads changed",
              json_file("environment.json", lambda o: o["kernels"].update(torch_threads=o["kernels"]["torch_threads"] + 1)),
-             A_, "environment.json consistency"),
+             ARITHMETIC, "environment.json consistency"),
     ]
 
 
@@ -201,20 +201,21 @@ def options_kinds():
     O, rec = "options", lambda fn, n=1: records("options", fn, n)   # noqa: E731
     return [
         kind("options_pred_position", O, "record 0: independent.pred_position -> the other position",
-             rec(m_options_pred), A_, "predictions"),
+             rec(m_options_pred), ARITHMETIC, "predictions"),
         kind("options_permutation", O, "record 0: pi reversed (gold position no longer pi^-1(label))",
-             rec(m_options_pi), A_, "conditions"),
+             rec(m_options_pi), ARITHMETIC, "conditions"),
         kind("options_summary_n_records", O, "summary.json: n_records += 1",
-             json_file("options/summary.json", lambda o: o.update(n_records=o["n_records"] + 1)), A_, "summary.json"),
+             json_file("options/summary.json", lambda o: o.update(n_records=o["n_records"] + 1)),
+             ARITHMETIC, "summary.json"),
         kind("options_private_prompt", O, "private texts, line 1: one rendered prompt gains a trailing space",
-             private_rows(O, "texts.jsonl", m_options_prompt), I_, "private texts"),
+             private_rows(O, "texts.jsonl", m_options_prompt), IDENTITY, "private texts"),
         kind("options_candidate_token_id", O, "record 0: candidates[0].token_ids[0] += 1", rec(m_token_id),
-             I_, "tokenisation"),
+             IDENTITY, "tokenisation"),
         kind("options_scores_shifted", O, "a losing candidate's score -= 1e-3 on both paths (predictions, norms and "
              "agreement unchanged)", rec(shift_loser(("official", "independent"), OPTION_PREDS)),
-             F_, "candidate scores"),
+             FORWARD, "candidate scores"),
         kind("options_difference_interval", O, "summary.json: the first comparison's upper difference bound -= 1e-4",
-             json_file("options/summary.json", m_difference_ci), A_, "summary.json"),
+             json_file("options/summary.json", m_difference_ci), ARITHMETIC, "summary.json"),
     ]
 
 
@@ -270,20 +271,20 @@ def m_limit_scores_in(d):
 def mctaco_kinds():
     M, rec = "mctaco", lambda fn, n=1: records("mctaco", fn, n)   # noqa: E731
     return [
-        kind("mctaco_flip_label", M, "record 0: label -> 1 - label", rec(m_flip_label), A_, "correctness"),
-        kind("mctaco_f1_pair", M, "record 0: official.f1_pair reversed", rec(m_f1_pair), A_, "correctness"),
+        kind("mctaco_flip_label", M, "record 0: label -> 1 - label", rec(m_flip_label), ARITHMETIC, "correctness"),
+        kind("mctaco_f1_pair", M, "record 0: official.f1_pair reversed", rec(m_f1_pair), ARITHMETIC, "correctness"),
         kind("mctaco_question_id", M, "record 0: question_id changed (breaks the question grouping)",
-             rec(m_question_id), A_, "documents and groups"),
+             rec(m_question_id), ARITHMETIC, "documents and groups"),
         kind("mctaco_complete_questions", M, "summary.json: n_complete_questions += 1",
              json_file("mctaco/summary.json", lambda o: o.update(n_complete_questions=o["n_complete_questions"] + 1)),
-             A_, "summary.json"),
+             ARITHMETIC, "summary.json"),
         kind("mctaco_private_answer", M, "private texts, line 1: answer + 's'",
-             private_rows(M, "texts.jsonl", m_private_answer), I_, "private texts"),
+             private_rows(M, "texts.jsonl", m_private_answer), IDENTITY, "private texts"),
         kind("mctaco_scores_shifted", M, "a losing candidate's score -= 1e-3 on both paths (every derived figure "
              "stays consistent)", rec(shift_loser(("official", "independent"), ("official.pred", "independent.pred"))),
-             F_, "candidate scores"),
+             FORWARD, "candidate scores"),
         kind("mctaco_limit_scores_shifted", M, "summary.json: the last limit run's first losing score -= 1e-3 on both "
-             "paths (every figure derived from it kept consistent)", m_limit_scores_in, F_,
+             "paths (every figure derived from it kept consistent)", m_limit_scores_in, FORWARD,
              "limit runs' scores vs the forward pass"),
     ]
 

@@ -13,19 +13,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evidence_audit.checks import cut
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, MANIFEST_LEVEL, cut
 from evidence_audit.driver import AUDIT_FORMAT, audit
 from evidence_audit.mutations.tools import HEADLINE, READING, NotApplicable, seal
 from evidence_audit.reading import Unreadable
 
-ALL = ("arithmetic", "identity", "forward")
-ORDER = ("manifest", "arithmetic", "identity", "forward")
-UP_TO = {"manifest": ALL[:1], "arithmetic": ALL[:1], "identity": ALL[:2], "forward": ALL}
+ALL = (ARITHMETIC, IDENTITY, FORWARD)
+ORDER = (MANIFEST_LEVEL, ARITHMETIC, IDENTITY, FORWARD)
+UP_TO = {MANIFEST_LEVEL: ALL[:1], ARITHMETIC: ALL[:1], IDENTITY: ALL[:2], FORWARD: ALL}
 
 
-def mutation_selftest(out, cache, stream=None, kinds=None):
+def mutation_selftest(out, cache, stream=None, kinds=None, options=None):
     """Returns the report dict (exit_code 0 only when every kind is CAUGHT and the clean copy passes); raises
-    Unreadable when O itself cannot be read."""
+    Unreadable when O itself cannot be read. options (checks.AuditOptions) goes to every audit it runs."""
     from evidence_audit.mutations import MUTATIONS
     out, kinds = Path(out), MUTATIONS if kinds is None else kinds
     stream = stream or sys.stdout
@@ -33,7 +33,7 @@ def mutation_selftest(out, cache, stream=None, kinds=None):
     with tempfile.TemporaryDirectory(prefix="audit-mutations-") as tmp:
         clean_dir = Path(tmp) / "clean"
         shutil.copytree(out, clean_dir, symlinks=True)
-        clean = audit(clean_dir, ALL, cache)
+        clean = audit(clean_dir, ALL, cache, options=options)
         can_run = {lv for lv in ALL if any(r["level"] == lv and r["status"] != "SKIPPED" for r in clean["checks"])}
         present = set(clean["experiments"])
         skipped = [f"{r['experiment']} {r['level']}/{r['check']}" for r in clean["checks"]
@@ -50,14 +50,14 @@ def mutation_selftest(out, cache, stream=None, kinds=None):
         p(f"  {'kind':<36} {'experiment':<10} {'level':<10} {'status':<10} {'caught by':<44} first failure")
         rows = []
         for n, k in enumerate(kinds):
-            row = run_kind(Path(tmp) / f"{n:02d}-{k.kind}", out, k, cache, can_run, present)
+            row = run_kind(Path(tmp) / f"{n:02d}-{k.kind}", out, k, cache, can_run, present, options)
             rows.append(row)
             p(f"  {k.kind:<36} {k.experiment:<10} {k.level:<10} {row['status']:<10} "
               f"{cut(row['caught_by'] or '-', 44):<44} {cut(row['first_failure'] or '', 150)}")
     return summarise(out, clean_row, rows, sorted(can_run, key=ALL.index), p)
 
 
-def run_kind(d, out, k, cache, can_run, present):
+def run_kind(d, out, k, cache, can_run, present, options=None):
     """Copy O to d, tamper with it as kind k says, audit it; the row for the table."""
     row = {"kind": k.kind, "experiment": k.experiment, "what": k.what, "level": k.level, "check": k.check,
            "must_be_caught_by": f"{k.level}/{k.check}", "sealed": k.seal, "caught": False,
@@ -82,7 +82,7 @@ def run_kind(d, out, k, cache, can_run, present):
         shutil.rmtree(d, ignore_errors=True)
         return row
     try:
-        rep = audit(d, levels, cache)
+        rep = audit(d, levels, cache, options=options)
     except Unreadable as e:
         row.update(caught=True, failed_checks=[READING], first_failure=f"[exit 2] {str(e).replace(str(d), 'O')}")
         if k.check == READING:
@@ -134,7 +134,7 @@ def summarise(out, clean_row, rows, levels, p):
         if names:
             p(f"  {status}: {', '.join(names)}")
     p("  per level (caught/tried): " + ", ".join(f"{lv} {c['caught']}/{c['tried']}" for lv, c in by_level.items()))
-    deep = [r for r in rows if r["level"] in ("identity", "forward") and r["status"] == "CAUGHT"]
+    deep = [r for r in rows if r["level"] in (IDENTITY, FORWARD) and r["status"] == "CAUGHT"]
     alone = [r for r in deep if not r.get("lower_levels_failed")]
     p(f"  identity and forward kinds caught by their level alone (no lower level failed): {len(alone)}/{len(deep)}")
     clean = "passed" if clean_row["passed"] else "FAILED"

@@ -139,13 +139,6 @@ def json_file(rel, fn):
     return lambda d: edit_json(d, rel, fn)
 
 
-def chain(*applies):
-    def apply(d):
-        for a in applies:
-            a(d)
-    return apply
-
-
 def flip_hex(h):
     return h[:-1] + ("0" if h[-1] != "0" else "1")
 

@@ -1,4 +1,4 @@
-"""The extraction experiment's rule (seed study 001): one greedy generation per item, scored three ways, and a
+"""The extraction experiment's rule: one greedy generation per item, scored three ways, and a
 human-audit sample pre-registered before generation. The import of a filled review sheet (--review) is in
 extraction_review.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from evidence_audit.checks import MISSING, expect, get, short
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, MISSING, expect, get, short
 from evidence_audit import uncertainty
 from evidence_audit.definitions import confirmation_scored, is_int, is_sha
 from evidence_audit.forward import FORWARD_TOL, forget_scores, llama_logprobs, load_llama, use_threads
@@ -40,10 +40,8 @@ from evidence_audit.shared import (RecordShape, config_block, deeper_levels, env
 from evidence_audit.tokens import chat_template, private_texts, sst2_data_check, tokenizer_or_skip
 
 __all__ = ["audit_extraction", "ext_strict_reason", "ext_scores_from_text", "ext_sample", "ext_expected_summary",
-           "ext_review", "EXT_REVIEW_KEYS", "REVIEW_SHEET", "ext_print_review"]
+           "ext_review", "EXT_REVIEW_KEYS", "ext_print_review"]
 
-A, L, F = "arithmetic", "identity", "forward"
-REVIEW_SHEET = None          # --review SHEET (set by cli.py): a filled review sheet exported by the review page
 EXT_PREREG = "extraction.preregistration.json"
 EXT_STRICT_REASONS = ("empty", "code_fence", "not_json", "not_object", "duplicate_key", "missing_key", "extra_keys",
                       "bad_value", "wrong_label")
@@ -227,8 +225,8 @@ def audit_extraction(C, name, out, levels, cache):
     ev["prereg_text"] = read_text(prereg) if prereg.exists() else None
     ev["generations"] = None       # {idx: private generation}, read by the arithmetic level
     records = audit_extraction_arithmetic(C, name, out, ev)
-    info = {"human_review": review_check(C, name, None if REVIEW_SHEET is None else Path(REVIEW_SHEET),
-                                         ev["config"], records)}
+    sheet = C.options.review_sheet
+    info = {"human_review": review_check(C, name, None if sheet is None else Path(sheet), ev["config"], records)}
     info.update(deeper_levels(
         C, name, ev, levels, cache,
         identity=lambda model_dir, parquet: audit_extraction_identity(C, name, ev, records, model_dir, parquet),
@@ -236,9 +234,9 @@ def audit_extraction(C, name, out, levels, cache):
     return info
 
 
-def ext_print_review(report, stream=sys.stdout):
-    """After the report (cli.py, --review): the human-review figures, or every reason the sheet was refused."""
-    print_review(report, REVIEW_SHEET, stream)
+def ext_print_review(report, sheet, stream=sys.stdout):
+    """After the report (cli.py, --review SHEET): the human-review figures, or every reason the sheet was refused."""
+    print_review(report, sheet, stream)
 
 
 # ---- level 1, arithmetic -------------------------------------------------------------------------------------------
@@ -248,17 +246,19 @@ def audit_extraction_arithmetic(C, name, out, ev):
     deeper levels and the review may use them, else None."""
     if not required_files(C, name, ev, extra=[(f"../{EXT_PREREG}", ev["prereg_text"] is not None)],
                           check="required files (+ the pre-registration written before generation)"):
-        C.skip(name, A, "(rest of the level)", "config.json or records.jsonl missing; nothing to recompute from")
+        C.skip(name, ARITHMETIC, "(rest of the level)",
+               "config.json or records.jsonl missing; nothing to recompute from")
         return None
     s = config_check(C, name, ev)
     environment_check(C, name, ev)
     records = ev["records"]
     if not record_shape_check(C, name, records, SHAPE, lambda i, r: f"idx {r.get('idx', '?')}"):
-        C.skip(name, A, "(rest of the level)", "records.jsonl has malformed records (see 'record fields and types')")
+        C.skip(name, ARITHMETIC, "(rest of the level)",
+               "records.jsonl has malformed records (see 'record fields and types')")
         return None
     selection_check(C, name, ev["config"], records, s.labels)
     prereg = audit_sample_check(C, name, out, ev, records)
-    C.add(name, A, "per-item scores and categories (consistency of the public fields)", len(records),
+    C.add(name, ARITHMETIC, "per-item scores and categories (consistency of the public fields)", len(records),
           [p for r in records for p in public_fields_problems(r, s)])
     generations_check(C, name, out, ev, records, s)
     summary_values_check(C, name, ev, records, s, prereg)
@@ -281,7 +281,7 @@ def config_check(C, name, ev):
         identity_problems(bad, name, cfg, ev["identity"],
                           sha256_text(s.user_prompt) if isinstance(s.user_prompt, str) else None)
     restated_problems(bad, ev, split)
-    C.add(name, A, "config consistency (split, selection, scorers, greedy settings, identity.json)", 1, bad,
+    C.add(name, ARITHMETIC, "config consistency (split, selection, scorers, greedy settings, identity.json)", 1, bad,
           note=split_note(split))
     return s
 
@@ -354,7 +354,7 @@ def selection_check(C, name, cfg, records, labels):
             bad.append(f"{w} label: {r['label']} is not a label index")
         else:
             expect(bad, w, "label_name", r["label_name"], labels[r["label"]])
-    C.add(name, A, "item selection (hash rule, rank order, labels)", len(records), bad)
+    C.add(name, ARITHMETIC, "item selection (hash rule, rank order, labels)", len(records), bad)
 
 
 # ---- the pre-registered audit sample -------------------------------------------------------------------------------
@@ -376,7 +376,7 @@ def audit_sample_check(C, name, out, ev, records):
         bad += sample_problems(prereg, cfg, records)
         bad += sample_item_problems(prereg, records)
         bad += sample_timing_problems(prereg, cfg, ev["stages"])
-    C.add(name, A, "audit sample (recomputed from idx/labels/salt; written before the model was loaded)",
+    C.add(name, ARITHMETIC, "audit sample (recomputed from idx/labels/salt; written before the model was loaded)",
           len(prereg.get("items", [])) if isinstance(prereg, dict) else 0, bad)
     return prereg if isinstance(prereg, dict) else None
 
@@ -536,7 +536,7 @@ def generations_check(C, name, out, ev, records, s):
     check = "scores recomputed from the private generations (exact, strict, regex, categories)"
     gens, bad = private_texts(out, name, records, valid_generation, GENERATION_FIELDS, file="generations.jsonl")
     if gens is None:
-        C.skip(name, A, check.split(" (")[0],
+        C.skip(name, ARITHMETIC, check.split(" (")[0],
                f"private/{name}/generations.jsonl absent (private evidence not shipped); exact/strict/regex scores "
                "checked for consistency only, NOT recomputed from the texts")
         return
@@ -544,7 +544,8 @@ def generations_check(C, name, out, ev, records, s):
     for r in records:
         if r["idx"] in gens:
             bad += private_generation_problems(r, gens[r["idx"]], s)
-    C.add(name, A, check, len(records), bad, note="audit.py's own scorers (Python re for the regex), no lm_eval")
+    C.add(name, ARITHMETIC, check, len(records), bad,
+          note="audit.py's own scorers (Python re for the regex), no lm_eval")
 
 
 def private_generation_problems(r, g, s):
@@ -603,7 +604,7 @@ def audit_extraction_identity(C, name, ev, records, model_dir, data_parquet):
     finish reasons from the ids, and labels/sentences against the data parquet. Returns {idx: (prompt ids,
     generated ids)} for the forward level, or None."""
     if records is None:
-        C.skip(name, L, "(whole level)", "the arithmetic level found the evidence unusable")
+        C.skip(name, IDENTITY, "(whole level)", "the arithmetic level found the evidence unusable")
         return None
     tokens = tokenisation_check(C, name, ev, records, model_dir)
     sst2_data_check(C, name, ev["config"], records, data_parquet, "data parquet (label and sentence per idx)")
@@ -627,7 +628,7 @@ def tokenisation_check(C, name, ev, records, model_dir):
     everything passed, else None."""
     cfg, gens, bad = ev["config"], ev["generations"], []
     if gens is None:
-        C.skip(name, L, TOKENISATION, "needs the private generations (absent)")
+        C.skip(name, IDENTITY, TOKENISATION, "needs the private generations (absent)")
         return None
     tok = tokenizer_or_skip(C, name, TOKENISATION, model_dir, ev["identity"], bad)
     if tok is None:
@@ -648,7 +649,7 @@ def tokenisation_check(C, name, ev, records, model_dir):
             bad.append(f"idx {r['idx']}: no private generation")
             continue
         result[r["idx"]] = retokenise_generation(tok, render, r, g, eos_id, n_new, bad)
-    C.add(name, L, TOKENISATION, len(records), bad,
+    C.add(name, IDENTITY, TOKENISATION, len(records), bad,
           note=("chat template re-rendered with jinja2" if render is not None
                 else "jinja2 or the chat template unavailable: prompt NOT re-rendered"))
     return None if bad else result
@@ -684,17 +685,18 @@ def greedy_check(C, name, ident, records, tokens, model_dir):
     cached weights must be the ones identity.json names. Returns the figures for audit.json, or None."""
     weights = Path(model_dir) / "model.safetensors" if model_dir else None
     if tokens is None:
-        C.skip(name, F, GREEDY, "needs verified prompt and generated ids from the identity level")
+        C.skip(name, FORWARD, GREEDY, "needs verified prompt and generated ids from the identity level")
         return None
     if weights is None or not weights.exists():
-        C.skip(name, F, GREEDY, f"model not found ({weights}); pass --cache with the prepared cache")
+        C.skip(name, FORWARD, GREEDY, f"model not found ({weights}); pass --cache with the prepared cache")
         return None
     try:
+        use_threads(C.options.threads)
         model, why = load_llama(model_dir)
     except ImportError as e:
         model, why = None, f"cannot import torch/safetensors ({e})"
     if model is None:
-        C.skip(name, F, GREEDY, why)
+        C.skip(name, FORWARD, GREEDY, why)
         return None
     bad = []
     if is_local(ident):     # a local --model directory: model_sha256 is derived from every file; re-hash each
@@ -703,7 +705,7 @@ def greedy_check(C, name, ident, records, tokens, model_dir):
         expect(bad, str(weights), "sha256", sha256_file(weights),
                ident.get("model_sha256", MISSING) if ident else MISSING, "identity.json model_sha256")
     figures = greedy_positions(model, records, tokens, bad)
-    C.add(name, F, GREEDY, len(records), bad,
+    C.add(name, FORWARD, GREEDY, len(records), bad,
           note=f"{figures['positions']} positions, {figures['near_ties']} numerical near-ties, smallest top-1 margin "
                f"{figures['min_margin'] if figures['min_margin'] is None else round(figures['min_margin'], 6)} "
                f"(max |recomputed - greedy| tol {FORWARD_TOL:g})")
@@ -714,7 +716,6 @@ def greedy_positions(model, records, tokens, bad):
     """Every generated position: the recorded token against the forward pass's argmax (a gap within FORWARD_TOL is
     a near-tie, not a failure). Returns {positions, near_ties, min_margin}."""
     import torch
-    use_threads()
     n_pos, ties, min_margin = 0, 0, None
     for r in records:
         ids, gen = tokens[r["idx"]]

@@ -10,10 +10,9 @@ sampled item is decidable: otherwise it is null, by the pre-registered rule.
 import sys
 from datetime import datetime
 
-from evidence_audit.checks import MISSING, expect, get
+from evidence_audit.checks import ARITHMETIC, MISSING, expect, get
 from evidence_audit.reading import read_json, sha256_file
 
-A = "arithmetic"
 EXT_SHEET_FORMAT = "extraction-review-sheet/v1"
 EXT_STANCES = ("positive", "negative", "uncertain", "no_conclusion")
 EXT_REVIEW_KEYS = ("sheet", "n_reviewed", "n_decidable_undisputed", "disagreement_rate", "false_positives",
@@ -26,14 +25,15 @@ def review_check(C, name, sheet, cfg, records):
     """Row "human review sheet (--review)...": SKIPPED without a sheet, FAIL when the evidence did not pass the
     arithmetic level (records None) or the sheet is refused. Returns the human_review figures for audit.json."""
     if sheet is None:
-        C.skip(name, A, REVIEW_CHECK, "no sheet given; human-review figures are null", requested=False)
+        C.skip(name, ARITHMETIC, REVIEW_CHECK, "no sheet given; human-review figures are null", requested=False)
         return {**{k: None for k in EXT_REVIEW_KEYS},
                 "note": "no sheet given (--review SHEET): figures are null, not estimated"}
     if records is None:
-        C.add(name, A, REVIEW_CHECK, 0, [f"{sheet}: the evidence it refers to did not pass the arithmetic level"])
+        C.add(name, ARITHMETIC, REVIEW_CHECK, 0,
+              [f"{sheet}: the evidence it refers to did not pass the arithmetic level"])
         return {**{k: None for k in EXT_REVIEW_KEYS}, "sheet": str(sheet), "refused": True}
     figures, problems = ext_review(sheet, cfg, records)
-    C.add(name, A, f"{REVIEW_CHECK}: complete and bound to this sample", figures.get("n_reviewed") or 0,
+    C.add(name, ARITHMETIC, f"{REVIEW_CHECK}: complete and bound to this sample", figures.get("n_reviewed") or 0,
           [f"{sheet} refused: {p}" for p in problems])
     return figures
 

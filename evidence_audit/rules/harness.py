@@ -30,7 +30,7 @@ import json
 import re
 from pathlib import Path
 
-from evidence_audit.checks import MISSING, compare_tree, expect, get, short
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, MISSING, compare_tree, expect, get, short
 from evidence_audit.definitions import is_int, is_num, is_sha
 from evidence_audit.reading import (Unreadable, load_evidence, parse_strict, read_json, read_jsonl, read_text,
                                     sha256_file, sha256_text)
@@ -40,7 +40,6 @@ from evidence_audit.shared import (RecordShape, deeper_levels, environment_check
                                    stages_check)
 from evidence_audit.tokens import chat_template, tokenizer_or_skip
 
-A, L, F = "arithmetic", "identity", "forward"
 H_SCHEMA = "harness-leaderboard/v1"
 H_METRICS = ("exact_match", "substring_contains", "multiple_choice", "rouge_l", "code_exec")
 SHAPE = RecordShape(
@@ -170,7 +169,8 @@ def audit_harness(C, name, out, levels, cache):
 def audit_harness_arithmetic(C, name, ev):
     """Level 1. Returns config.json's tasks block when the records could be checked, else None."""
     if not required_files(C, name, ev):
-        C.skip(name, A, "(rest of the level)", "config.json or records.jsonl missing; nothing to recompute from")
+        C.skip(name, ARITHMETIC, "(rest of the level)",
+               "config.json or records.jsonl missing; nothing to recompute from")
         return None
     cfg, records, summary = ev["config"], ev["records"], ev["summary"]
     config_check(C, name, ev)
@@ -181,8 +181,8 @@ def audit_harness_arithmetic(C, name, ev):
     shape_ok = record_shape_check(C, name, records, SHAPE, where, check="record schema", extra=in_range)
     stages_check(C, name, ev, None, len(records), check=NO_TIMING_RULE, calls=("harness",))
     if not shape_ok or summary is None:
-        C.skip(name, A, "(rest of the level)", "records.jsonl malformed (see 'record schema') or summary.json "
-                                               "missing (see 'required files')")
+        C.skip(name, ARITHMETIC, "(rest of the level)", "records.jsonl malformed (see 'record schema') or summary.json "
+                                                        "missing (see 'required files')")
         return None
     tasks_cfg = cfg.get("tasks") if isinstance(cfg.get("tasks"), dict) else {}
     selection_check(C, name, cfg, records, summary, tasks_cfg)
@@ -202,7 +202,7 @@ def config_check(C, name, ev):
     restated_problems(bad, ev, split)
     if ev["identity"] is not None:
         identity_problems(bad, name, cfg, ev["identity"], declared=("data_content_sha256",))
-    C.add(name, A, "config consistency (experiment, split, model, threads, identity.json)", 1, bad)
+    C.add(name, ARITHMETIC, "config consistency (experiment, split, model, threads, identity.json)", 1, bad)
 
 
 def selection_check(C, name, cfg, records, summary, tasks_cfg):
@@ -221,7 +221,7 @@ def selection_check(C, name, cfg, records, summary, tasks_cfg):
            "config.json tasks.*.ids, tasks sorted by name")
     expect(bad, "summary.json", "split", summary.get("split"), split)
     expect(bad, "summary.json", "n_examples", summary.get("n_examples"), len(records))
-    C.add(name, A, "example selection", len(records), bad)
+    C.add(name, ARITHMETIC, "example selection", len(records), bad)
 
 
 def example_scores_check(C, name, records, tasks_cfg):
@@ -244,7 +244,7 @@ def example_scores_check(C, name, records, tasks_cfg):
                    "matched / total")
         elif metric in ("exact_match", "substring_contains", "multiple_choice") and r.get("score") not in (0.0, 1.0):
             bad.append(f"{where} score: recorded {r.get('score')} but {metric} scores only 0 or 1")
-    C.add(name, A, "example scores (code_exec from sandbox counts, 0/1 metrics)", len(records), bad)
+    C.add(name, ARITHMETIC, "example scores (code_exec from sandbox counts, 0/1 metrics)", len(records), bad)
 
 
 def leaderboard_check(C, name, cfg, records, summary, tasks_cfg):
@@ -261,7 +261,7 @@ def leaderboard_check(C, name, cfg, records, summary, tasks_cfg):
         bad.append(f"summary.json leaderboard task {extra}: not in config.json tasks")
     expect(bad, "summary.json", "leaderboard.overall", board.get("overall"), overall, "mean of task scores by name")
     expect(bad, "summary.json", "leaderboard.settings", board.get("settings"), cfg.get("settings"))
-    C.add(name, A, "task and overall scores", len(names), bad,
+    C.add(name, ARITHMETIC, "task and overall scores", len(names), bad,
           note="sandbox_isolation and latencies are declared measurements, not recomputed")
 
 
@@ -273,7 +273,7 @@ def fixtures_check(C, name, summary, tasks_cfg):
         p = FIXTURES / f"{tname}.jsonl"
         is_fixture = p.exists() and sha256_file(p) == tasks_cfg[tname].get("sha256")
         expect(bad, f"summary.json tasks_are_shipped_fixtures.{tname}", "", claimed.get(tname), is_fixture)
-    C.add(name, A, "task files vs shipped fixtures", len(tasks_cfg), bad)
+    C.add(name, ARITHMETIC, "task files vs shipped fixtures", len(tasks_cfg), bad)
 
 
 # ---- level 2, identity ---------------------------------------------------------------------------------------------
@@ -292,15 +292,15 @@ def audit_harness_identity(C, name, out, ev, tasks_cfg, model_dir):
         why = "the arithmetic level found the evidence unusable" if tasks_cfg is None else \
             f"private/{name}/leaderboard.json or tasks/ absent"
         for check in checks:
-            C.skip(name, L, check, why)
+            C.skip(name, IDENTITY, check, why)
         return None
     examples = task_files_check(C, name, tasks_path, ev["records"], tasks_cfg)
     shipped_fixtures_check(C, name, examples)
     board = read_json(board_path)
     per_example = board.get("per_example") if isinstance(board, dict) else None
     if not isinstance(per_example, list):
-        C.add(name, L, checks[2], 0, [f"private/{name}/leaderboard.json: no per_example list"])
-        C.skip(name, L, GENERATIONS, "no private predictions")
+        C.add(name, IDENTITY, checks[2], 0, [f"private/{name}/leaderboard.json: no per_example list"])
+        C.skip(name, IDENTITY, GENERATIONS, "no private predictions")
         return None
     rescore_check(C, name, ev["records"], examples, board, per_example, tasks_cfg)
     by_key = {(e.get("task"), e.get("id")): e for e in per_example if isinstance(e, dict)}
@@ -312,7 +312,7 @@ def audit_harness_identity(C, name, out, ev, tasks_cfg, model_dir):
     if adapter == "smollm2":
         tokens = generations_check(C, name, out, ev, answered, model_dir)
     elif adapter not in H_TOY_ADAPTERS:     # toy and wrong have no token ids: the forward level re-answers them
-        C.skip(name, L, GENERATIONS, f"adapter {adapter}: audit.py cannot check its generations")
+        C.skip(name, IDENTITY, GENERATIONS, f"adapter {adapter}: audit.py cannot check its generations")
     return {"adapter": adapter, "answered": answered, "tokens": tokens}
 
 
@@ -336,8 +336,8 @@ def prompt_template_check(C, name, ev, model_dir):
     check = "prompt template (chat template + prompt rule == prompt_template_sha256)"
     template, cfg, ident = chat_template(model_dir), ev["config"], ev["identity"]
     if template is None or cfg is None or ident is None:
-        C.skip(name, L, check, f"no chat template in {model_dir} (pass --cache with the prepared cache), or "
-                               "config.json / identity.json missing")
+        C.skip(name, IDENTITY, check, f"no chat template in {model_dir} (pass --cache with the prepared cache), or "
+                                      "config.json / identity.json missing")
         return
     bad = []
     expect(bad, "config.json", "chat_template_sha256", cfg.get("chat_template_sha256", MISSING),
@@ -345,7 +345,7 @@ def prompt_template_check(C, name, ev, model_dir):
     spec = {"chat_template": template, "prompt_rule": cfg.get("prompt_rule", MISSING)}
     expect(bad, "identity.json", "prompt_template_sha256", ident.get("prompt_template_sha256", MISSING),
            sha256_text(json.dumps(spec, sort_keys=True)), "sha256 of the chat template and config.json prompt_rule")
-    C.add(name, L, check, 1, bad)
+    C.add(name, IDENTITY, check, 1, bad)
 
 
 def task_files_check(C, name, tasks_path, records, tasks_cfg):
@@ -372,7 +372,7 @@ def task_files_check(C, name, tasks_path, records, tasks_cfg):
             continue
         expect(bad, where, "prompt_sha256", r.get("prompt_sha256"), sha256_text(ex.get("prompt", "")))
         expect(bad, where, "metric", ex.get("metric"), tasks_cfg[r["task"]].get("metric"))
-    C.add(name, L, "private task files", len(records), bad)
+    C.add(name, IDENTITY, "private task files", len(records), bad)
     return examples
 
 
@@ -424,7 +424,7 @@ def rescore_check(C, name, records, examples, board, per_example, tasks_cfg):
             expect(bad, f"private leaderboard task {tname}", k, get(board, f"tasks.{tname}.{k}"), t[k],
                    "from recomputed example scores")
     expect(bad, "private leaderboard", "overall", board.get("overall"), overall, "from recomputed example scores")
-    C.add(name, L, "example scores from predictions", len(records), bad,
+    C.add(name, IDENTITY, "example scores from predictions", len(records), bad,
           note="code_exec trusts the recorded sandbox outputs (untrusted code is not re-run)")
 
 
@@ -445,7 +445,7 @@ def shipped_fixtures_check(C, name, examples):
             expect(bad, f"{tname}/{ex_id}", field, ex.get(field, {} if field == "extras" else MISSING),
                    fx.get(field, {} if field == "extras" else MISSING),
                    f"fixtures/harness_tasks/{tname}.jsonl (an edited fixture example needs a new id)")
-    C.add(name, L, "task files vs the repository's fixtures", n, bad,
+    C.add(name, IDENTITY, "task files vs the repository's fixtures", n, bad,
           note=f"{n} example(s) are shipped fixture examples (same task, id and prompt)")
 
 
@@ -454,8 +454,8 @@ def read_generations(C, name, out, answered):
     after a SKIPPED row when it is absent."""
     path = out / "private" / name / "generations.jsonl"
     if not path.exists():
-        C.skip(name, L, GENERATIONS, f"private/{name}/generations.jsonl absent (private evidence not shipped, or a "
-                                     "run from before the harness recorded its generations)")
+        C.skip(name, IDENTITY, GENERATIONS, f"private/{name}/generations.jsonl absent (private evidence not shipped, "
+                                            "or a run from before the harness recorded its generations)")
         return None, []
     gens, bad = {}, []
     for n, g in enumerate(read_jsonl(path), start=1):
@@ -505,7 +505,7 @@ def generations_check(C, name, out, ev, answered, model_dir):
         expect(bad, w, "prediction", prediction, tok.decode(g["generated_ids"], skip_special_tokens=True),
                "the generated ids decoded (special tokens skipped)")
         tokens[(task, ex_id)] = (g["prompt_ids"], g["generated_ids"])
-    C.add(name, L, GENERATIONS, len(answered), bad,
+    C.add(name, IDENTITY, GENERATIONS, len(answered), bad,
           note="chat template re-rendered with jinja2" if render is not None
           else "jinja2 or the chat template unavailable: prompt NOT re-rendered")
     return None if bad else tokens
@@ -534,12 +534,13 @@ def audit_harness_forward(C, name, ev, verified, model_dir):
     """Level 3: smollm2 generations re-checked with audit.py's own forward pass; toy and wrong re-answered by
     audit.py's own re-implementation of those adapters."""
     if verified is None:
-        C.skip(name, F, "(whole level)", "needs the identity level's verified private evidence (absent or unusable)")
+        C.skip(name, FORWARD, "(whole level)",
+               "needs the identity level's verified private evidence (absent or unusable)")
         return None
     if verified["adapter"] in H_TOY_ADAPTERS:
         return toy_forward_check(C, name, verified)
     if verified["adapter"] != "smollm2":
-        C.skip(name, F, "(whole level)", f"adapter {verified['adapter']}: audit.py has no forward rule for it")
+        C.skip(name, FORWARD, "(whole level)", f"adapter {verified['adapter']}: audit.py has no forward rule for it")
         return None
     tokens = verified["tokens"]
     keyed = None if tokens is None else {f"{t}/{i}": v for (t, i), v in tokens.items()}
@@ -553,7 +554,7 @@ def toy_forward_check(C, name, verified):
     for task, ex_id, prompt, prediction in verified["answered"]:
         expect(bad, f"{task}/{ex_id}", "prediction", prediction, answer(prompt if isinstance(prompt, str) else ""),
                f"audit.py's {verified['adapter']} adapter")
-    C.add(name, F, TOY_FORWARD, len(verified["answered"]), bad, note=f"adapter {verified['adapter']}")
+    C.add(name, FORWARD, TOY_FORWARD, len(verified["answered"]), bad, note=f"adapter {verified['adapter']}")
     return {"adapter": verified["adapter"], "examples": len(verified["answered"])}
 
 

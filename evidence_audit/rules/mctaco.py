@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from evidence_audit import uncertainty
-from evidence_audit.checks import MISSING, expect, get, short
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first, is_int, is_num, is_sha
 from evidence_audit.fast_mode import fast_expected
 from evidence_audit.forward import two_path_forward
@@ -36,9 +36,8 @@ from evidence_audit.shared import (abs_diff_problems, batching_check, both_paths
                                    model_problems, rank_order_problems, record_scores, record_shape_check,
                                    required_files, restated_problems, run_levels, split_problems, stages_check,
                                    summary_check, two_path_shape)
-from evidence_audit.tokens import L, multiple_choice_identity, private_texts_check
+from evidence_audit.tokens import multiple_choice_identity, private_texts_check
 
-A = "arithmetic"
 MCT_SPLITS = ("smoke", "dev", "all")     # no held-back confirmation items; all = dev (every document)
 MCT_LABELS = ("no", "yes")
 MCT_CATEGORIES = ("Event Duration", "Event Ordering", "Frequency", "Typical Time", "Stationarity")
@@ -174,7 +173,7 @@ def audit_mctaco_arithmetic(C, name, ev):
     """Level 1. Returns the validated records, or None when they cannot be trusted enough for deeper levels."""
     if not required_files(C, name, ev):
         for check in ("config", "documents", "records", "predictions", "metrics", "summary", "stages"):
-            C.skip(name, A, check, "config.json or records.jsonl missing; nothing to recompute from")
+            C.skip(name, ARITHMETIC, check, "config.json or records.jsonl missing; nothing to recompute from")
         return None
     plan = config_check(C, name, ev)
     environment_check(C, name, ev)
@@ -182,19 +181,20 @@ def audit_mctaco_arithmetic(C, name, ev):
     if not record_shape_check(C, name, records, SHAPE, record_where, len(plan.choices)):
         for check in ("documents", "candidates", "predictions", "correctness", "agreement", "prompt hashes",
                       "metrics", "limit table", "summary", "stages"):
-            C.skip(name, A, check, "records.jsonl has malformed records (see 'record fields and types')")
+            C.skip(name, ARITHMETIC, check, "records.jsonl has malformed records (see 'record fields and types')")
         return None
     documents_check(C, name, plan, records)
-    C.add(name, A, "candidates (texts ' no'/' yes', start == context_tokens, length limit)", len(records),
+    C.add(name, ARITHMETIC, "candidates (texts ' no'/' yes', start == context_tokens, length limit)", len(records),
           candidate_problems(records, plan.choices, plan.delim, config_block(ev["config"]).get("max_input_tokens")))
-    C.add(name, A, "predictions, both paths (argmax, first index wins ties)", len(records),
+    C.add(name, ARITHMETIC, "predictions, both paths (argmax, first index wins ties)", len(records),
           both_paths_pred_problems(records))
     correctness_check(C, name, records)
     hashes = []
     for r in records:
         expect(hashes, f"idx {r['idx']}", "official.prompt_hash", r["official"]["prompt_hash"], r["prompt_sha256"],
                "lm-eval's hash of the prompt it scored must equal prompt_sha256")
-    C.add(name, A, "agreement per candidate and prompt hashes", len(records), abs_diff_problems(records) + hashes)
+    C.add(name, ARITHMETIC, "agreement per candidate and prompt hashes", len(records),
+          abs_diff_problems(records) + hashes)
     figures = main_figures(plan, records)
     limit_demo = limit_table_check(C, name, plan, records, ev["summary"], figures,
                                    config_block(ev["config"]).get("official_batch_size"))
@@ -231,7 +231,7 @@ def config_check(C, name, ev):
         if isinstance(conf.get("mctaco_limit_ns"), list) else {}
     expect(bad, "config.json", "limit_ns", cfg.get("limit_ns", MISSING),
            [{"limit": n, "kind": k} for n, k in limit_ns.items()], "config.mctaco_limit_ns + the derivation rule")
-    C.add(name, A, CONFIG_ROW, 1, bad, note="INCOMPLETE SET (--limit)" if mode == "limit" else "")
+    C.add(name, ARITHMETIC, CONFIG_ROW, 1, bad, note="INCOMPLETE SET (--limit)" if mode == "limit" else "")
     return Plan(split, mode, limit, cfg.get("n_rows"), documents, questions, choices, delim, limit_ns)
 
 
@@ -363,7 +363,7 @@ def documents_check(C, name, plan, records):
         for k, v in (("question_id", q["question_id"]), ("question_rank", q["question_rank"]),
                      ("candidate_rank", pos), ("category", q["category"])):
             expect(bad, w, k, r[k], v, "config.json split_questions")
-    C.add(name, A, DOCUMENTS_ROW, len(records), bad)
+    C.add(name, ARITHMETIC, DOCUMENTS_ROW, len(records), bad)
 
 
 def correctness_check(C, name, records):
@@ -376,7 +376,7 @@ def correctness_check(C, name, records):
         expect(bad, w, "independent.correct", r["independent"]["correct"], int(ind == label))
         expect(bad, w, "official.acc", r["official"]["acc"], float(off == label), "lm-eval per-document acc")
         expect(bad, w, "official.f1_pair", r["official"]["f1_pair"], [label, off], "lm-eval's (gold, pred)")
-    C.add(name, A, "correctness (independent.correct, lm-eval acc and f1 pair)", len(records), bad)
+    C.add(name, ARITHMETIC, "correctness (independent.correct, lm-eval acc and f1 pair)", len(records), bad)
 
 
 # ---- level 1: the metrics, the limit table, summary.json ----------------------------------------------------------
@@ -444,7 +444,7 @@ def limit_table_check(C, name, plan, records, summ, fig, batch_size):
                        f"{row['max_abs_diff_vs_independent']} (the claim is bit for bit)")
         rows.append(row)
     shuffle = shuffle_expected(bad, demo.get("shuffle_before_cut") if isinstance(demo, dict) else None, rows)
-    C.add(name, A, LIMIT_ROW, len(plan.limit_ns), bad, note=f"N = {list(plan.limit_ns)}")
+    C.add(name, ARITHMETIC, LIMIT_ROW, len(plan.limit_ns), bad, note=f"N = {list(plan.limit_ns)}")
     return {"reference": reference, "rows": rows, "shuffle_before_cut": shuffle}
 
 
@@ -459,7 +459,7 @@ def mctaco_forward(C, name, ev, records, tokens, model_dir):
 
     figures = two_path_forward(C, name, ev, records, tokens, model_dir)
     if figures is None:
-        C.skip(name, forward.L, LIMIT_FORWARD, "the forward pass did not run (see the rows above)")
+        C.skip(name, FORWARD, LIMIT_FORWARD, "the forward pass did not run (see the rows above)")
         return None
     model, _ = forward.load_llama(model_dir)
     by_idx, bad, n_scores = {r["idx"]: r for r in records}, [], 0
@@ -478,7 +478,7 @@ def mctaco_forward(C, name, ev, records, tokens, model_dir):
                     if not abs(got - want) <= forward.FORWARD_TOL:
                         bad.append(f"limit {n} idx {i} {side}[{j}]: recorded {got!r}, recomputed {want!r} "
                                    f"(tolerance {forward.FORWARD_TOL:g})")
-    C.add(name, forward.L, LIMIT_FORWARD, n_scores, bad)
+    C.add(name, FORWARD, LIMIT_FORWARD, n_scores, bad)
     return figures
 
 
@@ -654,12 +654,12 @@ def text_problems(prompt_t):
 def mctaco_rows(C, name, parquet):
     """The data parquet's rows as dicts of MCT_COLUMNS, or None after a SKIPPED row DATA_PARQUET saying why."""
     if parquet is None or not parquet.exists():
-        C.skip(name, L, DATA_PARQUET, f"data parquet not found ({parquet}); labels NOT checked against the data")
+        C.skip(name, IDENTITY, DATA_PARQUET, f"data parquet not found ({parquet}); labels NOT checked against the data")
         return None
     try:
         import pyarrow.parquet as pq
     except ImportError as e:
-        C.skip(name, L, DATA_PARQUET, f"cannot import pyarrow ({e})")
+        C.skip(name, IDENTITY, DATA_PARQUET, f"cannot import pyarrow ({e})")
         return None
     cols = pq.read_table(parquet).to_pydict()
     if not set(MCT_COLUMNS) <= set(cols):
@@ -697,4 +697,4 @@ def data_parquet_check(C, name, cfg, records, parquet):
             expect(bad, w, k, rec[k], row[k], f"{k} in the data")
         for k in MCT_COLUMNS[:3]:
             expect(bad, w, f"{k}_sha256", rec[f"{k}_sha256"], sha256_text(row[k]), f"{k} in the data")
-    C.add(name, L, DATA_PARQUET, len(records), bad, note=str(parquet))
+    C.add(name, IDENTITY, DATA_PARQUET, len(records), bad, note=str(parquet))

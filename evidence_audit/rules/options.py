@@ -1,4 +1,4 @@
-"""The options experiment's rule (seed study 003): five prompt/scoring conditions per item, flips between
+"""The options experiment's rule: five prompt/scoring conditions per item, flips between
 conditions, McNemar.
 
 Five conditions per item: the official prompt scored on the option texts, and an A/B options list (forward and
@@ -24,7 +24,7 @@ a shared group.
 """
 import json
 
-from evidence_audit.checks import MISSING, expect, get, short
+from evidence_audit.checks import ARITHMETIC, IDENTITY, MISSING, expect, get, short
 from evidence_audit import uncertainty
 from evidence_audit.definitions import (argmax_divided, argmax_first, confirmation_scored, is_int, is_num, is_sha,
                                         mcnemar_exact)
@@ -36,9 +36,8 @@ from evidence_audit.shared import (CANDIDATE_FIELDS, abs_diff_problems, batching
                                    identity_with_whole_batches, model_problems, rank_order_problems, record_scores,
                                    record_shape_check, RecordShape, required_files, restated_problems, run_levels,
                                    split_note, split_problems, stages_check, summary_check)
-from evidence_audit.tokens import L, candidate_tokenisation_check, private_texts_check, sst2_data_check
+from evidence_audit.tokens import candidate_tokenisation_check, private_texts_check, sst2_data_check
 
-A = "arithmetic"
 OPT_P_TOL = 1e-12
 
 
@@ -204,12 +203,14 @@ def opt_table(flips, metrics, n):
 def audit_options_arithmetic(C, name, ev):
     """Level 1. Returns the validated records, or None when they cannot be trusted enough for deeper levels."""
     if not required_files(C, name, ev):
-        C.skip(name, A, "(all arithmetic checks)", "config.json or records.jsonl missing; nothing to recompute from")
+        C.skip(name, ARITHMETIC, "(all arithmetic checks)",
+               "config.json or records.jsonl missing; nothing to recompute from")
         return None
     conds, comps = config_check(C, name, ev)
     environment_check(C, name, ev)
     if conds is None:
-        C.skip(name, A, "(remaining arithmetic checks)", "the conditions cannot be recomputed from config.json")
+        C.skip(name, ARITHMETIC, "(remaining arithmetic checks)",
+               "the conditions cannot be recomputed from config.json")
         return None
     records, n_choices = ev["records"], len(conds[0]["choices"])
 
@@ -219,17 +220,17 @@ def audit_options_arithmetic(C, name, ev):
 
     if not record_shape_check(C, name, records, SHAPE, lambda i, r: f"idx {r.get('idx', '?')} "
                               f"{r.get('condition', '?')}", n_choices, extra=label_range):
-        C.skip(name, A, "(remaining arithmetic checks)", "records.jsonl has malformed records")
+        C.skip(name, ARITHMETIC, "(remaining arithmetic checks)", "records.jsonl has malformed records")
         return None
     cond_by = {c["name"]: c for c in conds}
     selection_check(C, name, ev["config"], records, list(cond_by))
     conditions_check(C, name, config_block(ev["config"]), records, conds)
     shared_item_identity_check(C, name, records)
     positions = predictions_check(C, name, records, cond_by)
-    C.add(name, A, "agreement per candidate (abs_diff from the score lists)", len(records),
+    C.add(name, ARITHMETIC, "agreement per candidate (abs_diff from the score lists)", len(records),
           abs_diff_problems(records, where_of=rec_where))
     if positions is None:
-        C.skip(name, A, "summary.json values", "a record's condition is not in config.json (see 'conditions')")
+        C.skip(name, ARITHMETIC, "summary.json values", "a record's condition is not in config.json (see 'conditions')")
     else:
         summary_values_check(C, name, ev, records, cond_by, comps, positions)
     batching_check(C, name, ev["config"], records)
@@ -257,7 +258,7 @@ def config_check(C, name, ev):
         template_sha = None if MISSING in spec.values() else sha256_text(json.dumps(spec, sort_keys=True))
         identity_problems(bad, name, cfg, ev["identity"], template_sha)
     restated_problems(bad, ev, split)
-    C.add(name, A, CONFIG_ROW, 1, bad, note=split_note(split))
+    C.add(name, ARITHMETIC, CONFIG_ROW, 1, bad, note=split_note(split))
     return conds, comps
 
 
@@ -312,7 +313,7 @@ def selection_check(C, name, cfg, records, names):
         rank_of = {i: k for k, i in enumerate(want)}
         for r in records:
             expect(bad, rec_where(r), "rank", r["rank"], rank_of.get(r["idx"], MISSING), "the item's selection rank")
-    C.add(name, A, "item selection (hash rule, rank order, idx x condition)", len(records), bad)
+    C.add(name, ARITHMETIC, "item selection (hash rule, rank order, idx x condition)", len(records), bad)
 
 
 def conditions_check(C, name, conf, records, conds):
@@ -337,7 +338,7 @@ def conditions_check(C, name, conf, records, conds):
     for c in conds:
         bad += candidate_problems([r for r in records if r["condition"] == c["name"]], c["choices"],
                                   conf["target_delimiter"], conf.get("max_input_tokens"), where_of=rec_where)
-    C.add(name, A, "conditions (pi, gold position = pi^-1(label), candidates, limits)", len(records), bad)
+    C.add(name, ARITHMETIC, "conditions (pi, gold position = pi^-1(label), candidates, limits)", len(records), bad)
 
 
 def shared_item_identity_check(C, name, records):
@@ -358,7 +359,7 @@ def shared_item_identity_check(C, name, records):
                 bad.append(f"idx {idx} prompt_sha256: the conditions of prompt kind {kind} do not share one context")
         if len({next(iter(v))[0] for v in kinds.values()}) != len(kinds):
             bad.append(f"idx {idx} prompt_sha256: two prompt kinds have the same context")
-    C.add(name, A, "shared item identity (label, sentence, one context per prompt kind)", len(by_idx), bad)
+    C.add(name, ARITHMETIC, "shared item identity (label, sentence, one context per prompt kind)", len(by_idx), bad)
 
 
 def predictions_check(C, name, records, cond_by):
@@ -367,9 +368,10 @@ def predictions_check(C, name, records, cond_by):
     independent path} for the summary, or None when a record's condition is unknown (named by the conditions row)."""
     bad = both_paths_pred_problems(records, "pred_position", where_of=rec_where)
     if any(r["condition"] not in cond_by for r in records):
-        C.add(name, A, "predictions (argmax, pi, acc, acc_norm chars, acc_norm_tokens, lm-eval per-record metrics)",
-              len(records), bad + ["records.jsonl condition: a record's condition is not in config.json (see "
-                                   "'conditions'); the condition-specific predictions are not recomputed"])
+        C.add(name, ARITHMETIC, "predictions (argmax, pi, acc, acc_norm chars, acc_norm_tokens, lm-eval per-record "
+              "metrics)", len(records), bad + ["records.jsonl condition: a record's condition is not in config.json "
+                                               "(see 'conditions'); the condition-specific predictions are not "
+                                               "recomputed"])
         return None
     positions = {}
     for r in records:
@@ -393,8 +395,8 @@ def predictions_check(C, name, records, cond_by):
         expect(bad, w, "official.lm_eval_acc_norm", r["official"]["lm_eval_acc_norm"],
                float(argmax_divided(s_off, [len(ch) for ch in c["choices"]]) == g),
                "lm-eval acc_norm from the official scores")
-    C.add(name, A, "predictions (argmax, pi, acc, acc_norm chars, acc_norm_tokens, lm-eval per-record metrics)",
-          len(records), bad)
+    C.add(name, ARITHMETIC, "predictions (argmax, pi, acc, acc_norm chars, acc_norm_tokens, lm-eval per-record "
+          "metrics)", len(records), bad)
     return positions
 
 
@@ -421,8 +423,8 @@ def summary_values_check(C, name, ev, records, cond_by, comps, positions):
     summ, split = ev["summary"], ev["config"].get("split")
     recs_of = {c: [r for r in records if r["condition"] == c] for c in cond_by}
     if not all(recs_of.values()):
-        C.add(name, A, SUMMARY_ROW, len(records), [f"records.jsonl condition: no record of condition {c}"
-                                                   for c, rs in recs_of.items() if not rs])
+        C.add(name, ARITHMETIC, SUMMARY_ROW, len(records), [f"records.jsonl condition: no record of condition {c}"
+                                                            for c, rs in recs_of.items() if not rs])
         return
     first = next(iter(recs_of.values()))
     metrics = {c: opt_metrics(recs_of[c], cond_by[c], positions) for c in cond_by}
@@ -497,7 +499,7 @@ def audit_options_identity(C, name, out, ev, records, model_dir, data_parquet):
     Returns {(idx, condition): (context ids, [candidate ids])} for the forward level, or None."""
     if records is None:
         for check in ("private texts", "tokenisation", "data parquet"):
-            C.skip(name, L, check, "the arithmetic level found records.jsonl or config.json unusable")
+            C.skip(name, IDENTITY, check, "the arithmetic level found records.jsonl or config.json unusable")
         return None
     texts = private_texts_check(C, name, out, records, lambda t: isinstance(t.get("sentence"), str)
                                 and isinstance(t.get("prompts"), dict)

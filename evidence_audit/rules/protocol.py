@@ -9,7 +9,7 @@ identity consistency, environment.json, record shape, selection rule, summary co
 data and forward levels) is a shared group. Nothing recorded is trusted as an input except the per-candidate scores,
 labels and token lists, which the deeper levels check in turn.
 """
-from evidence_audit.checks import MISSING, expect, get, short
+from evidence_audit.checks import ARITHMETIC, MISSING, expect, get, short
 from evidence_audit import uncertainty
 from evidence_audit.definitions import argmax_first, confirmation_scored, is_int, is_sha, lm_eval_doc_hash
 from evidence_audit.fast_mode import fast_expected
@@ -24,7 +24,6 @@ from evidence_audit.shared import (abs_diff_problems, batching_check, both_paths
                                    split_problems, stages_check, summary_check, two_path_shape)
 from evidence_audit.tokens import multiple_choice_identity, private_texts_check, sst2_data_check
 
-A = "arithmetic"
 SHAPE = two_path_shape({"idx": is_int, "rank": is_int, "label": is_int, "sentence_sha256": is_sha,
                         "prompt_sha256": is_sha},
                        optional={"fast": None})       # run.py --fast: checked by fast_mode.fast_expected
@@ -55,7 +54,7 @@ def audit_protocol_arithmetic(C, name, ev):
     """Level 1. Returns the validated records, or None when they cannot be trusted enough for deeper levels."""
     if not required_files(C, name, ev):
         for check in ("config", "selection", "records", "predictions", "summary", "stages"):
-            C.skip(name, A, check, "config.json or records.jsonl missing; nothing to recompute from")
+            C.skip(name, ARITHMETIC, check, "config.json or records.jsonl missing; nothing to recompute from")
         return None
     choices, delim = config_check(C, name, ev)
     environment_check(C, name, ev)
@@ -63,7 +62,7 @@ def audit_protocol_arithmetic(C, name, ev):
     if not record_shape_check(C, name, records, SHAPE, lambda i, r: f"idx {r.get('idx', '?')}", len(choices)):
         for check in ("selection", "candidates", "predictions", "correctness", "agreement", "prompt hashes",
                       "summary", "stages"):
-            C.skip(name, A, check, "records.jsonl has malformed records (see 'record fields and types')")
+            C.skip(name, ARITHMETIC, check, "records.jsonl has malformed records (see 'record fields and types')")
         return None
     selection_check(C, name, ev["config"], records, choices)
     candidates_check(C, name, config_block(ev["config"]), records, choices, delim)
@@ -97,7 +96,7 @@ def config_check(C, name, ev):
         identity_problems(bad, name, cfg, ev["identity"],
                           sha256_text(prompt_t) if isinstance(prompt_t, str) else None)
     restated_problems(bad, ev, split, confirmation_scored(split))
-    C.add(name, A, "config consistency (split, selection, official task, identity.json)", 1, bad,
+    C.add(name, ARITHMETIC, "config consistency (split, selection, official task, identity.json)", 1, bad,
           note=split_note(split))
     return choices, delim
 
@@ -141,13 +140,13 @@ def selection_check(C, name, cfg, records, choices):
         if passed != sorted(passed):
             bad.append("config.json official.indices_passed_to_lm_eval: unsorted; lm-eval 0.4.9.2 then labels "
                        "logged samples with the wrong doc_id, so these scores cannot be joined to items")
-    C.add(name, A, "item selection (hash rule, rank order, doc_id, lm-eval indices)", len(records), bad)
+    C.add(name, ARITHMETIC, "item selection (hash rule, rank order, doc_id, lm-eval indices)", len(records), bad)
 
 
 def candidates_check(C, name, conf, records, choices, delim):
     """Row "candidates (...)": texts are the protocol's choices, each starts where the context ends, no input is
     over the length limit."""
-    C.add(name, A, "candidates (texts, start == context_tokens, length limit)", len(records),
+    C.add(name, ARITHMETIC, "candidates (texts, start == context_tokens, length limit)", len(records),
           candidate_problems(records, choices, delim, conf.get("max_input_tokens")))
 
 
@@ -165,10 +164,11 @@ def predictions_checks(C, name, records):
         expect(hashes, w, "official.prompt_hash", off["prompt_hash"], r["prompt_sha256"],
                "lm-eval's hash of the prompt it scored must equal prompt_sha256")
     n = len(records)
-    C.add(name, A, "predictions, both paths (argmax, first index wins ties)", n, both_paths_pred_problems(records))
-    C.add(name, A, "correctness (independent.correct, lm-eval per-item acc)", n, correct)
-    C.add(name, A, "agreement per candidate (abs_diff from the score lists)", n, abs_diff_problems(records))
-    C.add(name, A, "prompt hashes (official.prompt_hash == prompt_sha256)", n, hashes)
+    C.add(name, ARITHMETIC, "predictions, both paths (argmax, first index wins ties)", n,
+          both_paths_pred_problems(records))
+    C.add(name, ARITHMETIC, "correctness (independent.correct, lm-eval per-item acc)", n, correct)
+    C.add(name, ARITHMETIC, "agreement per candidate (abs_diff from the score lists)", n, abs_diff_problems(records))
+    C.add(name, ARITHMETIC, "prompt hashes (official.prompt_hash == prompt_sha256)", n, hashes)
 
 
 def expected_summary(name, split, records, choices, reported, identity_fields, recorded_uncertainty=None):

@@ -7,9 +7,23 @@ the body of the experiment's section, drawn from exp_dir (O/<experiment>/) and i
 and the generic view instead (evidence_report.page). An experiment directory with no section here is shown in the
 generic view (every summary.json field), after the known ones.
 
-SECTIONS (insertion order is the page's order): experiment name -> its section module.
+SECTIONS (insertion order is the page's order): experiment name -> its section module, derived from registry.py
+(its order, each experiment's "evidence_report.sections.<module>"). A section is imported by that name, and only
+from this package: a name outside it is refused, so the registry cannot make the report import the code that wrote
+the evidence.
 """
-from evidence_report.sections import extraction, harness, mctaco, options, protocol
+import importlib
 
-SECTIONS = {"protocol": protocol, "options": options, "extraction": extraction, "mctaco": mctaco,
-            "harness": harness}
+import registry
+
+PACKAGE = "evidence_report.sections."
+
+
+def load_section(dotted):
+    """The section module named "evidence_report.sections.<module>"; ValueError for any other name."""
+    if not (dotted.startswith(PACKAGE) and dotted[len(PACKAGE):].isidentifier()):
+        raise ValueError(f"{dotted!r}: a report section is a module of {PACKAGE[:-1]}, named '{PACKAGE}<module>'")
+    return importlib.import_module(dotted)
+
+
+SECTIONS = {e.name: load_section(e.section) for e in registry.EXPERIMENTS}

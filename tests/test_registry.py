@@ -1,0 +1,274 @@
+"""registry.py: each experiment declared once, and every list the code reads derived from it.
+
+Fast: every derived list agrees with the registry (run.py's --experiment choices, experiments.EXPERIMENTS, the audit's
+RULES and CONFIG_SECTIONS, the report's SECTIONS, config.py's sections, each runner's NAME and CONFIG_SECTIONS), and
+registry.py is a leaf the audit and the report may import.
+
+Slow: ARCHITECTURE.md's "Adding an experiment" followed in a copy of the repository. A toy experiment is added by
+writing three modules and one registry line, and goes through the real run.py (on the tiny random model), audit.py
+and report.py: the audit passes and the page shows the toy's own section; an edit of its evidence fails the audit.
+"""
+import ast
+import importlib
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import config
+import registry
+from conftest import REPO, run_cli
+
+FIRST_FIVE = ("protocol", "options", "harness", "mctaco", "extraction")   # the order run.py --smoke runs them
+
+
+# ---- fast: the derived lists agree with the registry ------------------------------------------------------------
+
+def test_names_are_unique_and_in_run_order():
+    assert len(set(registry.NAMES)) == len(registry.NAMES)
+    assert registry.NAMES[:5] == FIRST_FIVE
+    assert all(e.name.isidentifier() for e in registry.EXPERIMENTS)
+
+
+def test_config_sections_are_config_py_sections():
+    """config.py holds exactly the sections some experiment reads; each experiment reads "shared" first."""
+    for e in registry.EXPERIMENTS:
+        assert e.config_sections[0] == "shared", e
+        assert len(set(e.config_sections)) == len(e.config_sections), e
+        assert all(s in config.CONFIG for s in e.config_sections), e
+    assert set(config.CONFIG) == set(registry.CONFIG_SECTIONS)
+    assert registry.CONFIG_SECTIONS[0] == "shared"
+
+
+def test_runner_list_and_modules_agree(capsys):
+    import run
+    from experiments import EXPERIMENTS
+
+    assert EXPERIMENTS == list(registry.NAMES)
+    with pytest.raises(SystemExit):
+        run.parse_args(["--cache", "-", "--out", "-", "--experiment", "no-such-experiment"])
+    line = next(ln for ln in capsys.readouterr().err.splitlines() if "invalid choice" in ln)
+    choices = [c.strip(" '") for c in line.split("choose from", 1)[1].strip(" )").split(",")]
+    assert choices == list(registry.NAMES)                          # run.py --experiment
+    for e in registry.EXPERIMENTS:
+        module = importlib.import_module(e.runner)
+        assert e.runner.startswith("experiments.")
+        assert module.NAME == e.name
+        assert tuple(module.CONFIG_SECTIONS) == e.config_sections
+        assert callable(module.run) and callable(module.data_label)
+
+
+def test_audit_lists_agree():
+    from evidence_audit import shared
+    from evidence_audit.rules import RULES
+
+    assert list(RULES) == list(registry.NAMES)
+    for e in registry.EXPERIMENTS:
+        module, _, function = e.rule.partition(":")
+        assert module.startswith("evidence_audit.rules.")
+        assert RULES[e.name] is getattr(importlib.import_module(module), function)
+        assert callable(RULES[e.name])
+    assert shared.CONFIG_SECTIONS == registry.CONFIG_SECTIONS
+
+
+def test_report_sections_agree():
+    from evidence_report.sections import SECTIONS
+
+    assert list(SECTIONS) == list(registry.NAMES)
+    for e in registry.EXPERIMENTS:
+        module = SECTIONS[e.name]
+        assert module.__name__ == e.section and e.section.startswith("evidence_report.sections.")
+        assert module.NAME == e.name and callable(module.render)
+
+
+def test_registry_is_a_leaf():
+    """The audit and the report import registry.py; it imports only the standard library, statically."""
+    tree = ast.parse((REPO / "registry.py").read_text(encoding="utf-8"))
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "relative import"
+            roots.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            assert name not in ("__import__", "import_module", "exec", "eval"), name
+    assert roots <= set(sys.stdlib_module_names), roots
+
+
+def test_find_and_config_sections():
+    assert registry.find("protocol").config_sections == ("shared", "protocol")
+    assert registry.find("no-such-experiment") is None
+    with pytest.raises(KeyError):
+        registry.config_sections("no-such-experiment")
+
+
+# ---- slow: adding an experiment, in a copy of the repository -----------------------------------------------------
+
+TOY_RUNNER = '''"""toy: the labels of the selected items, counted. A test of the registry, not a study."""
+import hashlib
+
+import registry
+from experiments.context import Result
+from experiments.selection import config_head, load_rows, select_items
+
+NAME = "toy"
+CONFIG_SECTIONS = registry.config_sections(NAME)
+
+
+def data_label(ctx):
+    return ctx.data.id
+
+
+def run(ctx):
+    with ctx.stages.stage("select"):
+        rows = load_rows(ctx.data.parquet_path)
+        idx_list = select_items(ctx.config, ctx.split, len(rows))
+    records = [{"idx": idx, "rank": rank, "label": rows[idx]["label"]} for rank, idx in enumerate(idx_list)]
+    n_positive = sum(r["label"] == 1 for r in records)
+    summary = {"experiment": NAME, "split": ctx.split, "n_items": len(records), "n_positive": n_positive}
+    return Result(config=config_head(ctx, NAME, len(rows), idx_list), records=records, summary=summary,
+                  headline=f"{n_positive} of {len(records)} labels positive", token_stats={},
+                  prompt_template_sha256=hashlib.sha256(b"").hexdigest())
+'''
+
+TOY_RULE = '''"""toy: the selection recomputed, the label count recomputed from the records."""
+from evidence_audit.definitions import is_int
+from evidence_audit.reading import sha256_text
+from evidence_audit.shared import (RecordShape, environment_check, hash_selection, hash_selection_problems,
+                                   identity_problems, model_problems, rank_order_problems, record_shape_check,
+                                   required_files, run_levels, split_problems, stages_check, summary_check)
+
+A = "arithmetic"
+SHAPE = RecordShape(fields={"idx": is_int, "rank": is_int, "label": is_int})
+
+
+def audit_toy(C, name, out, levels, cache):
+    return run_levels(C, name, out, levels, cache, arithmetic, identity, no_forward="the toy scores nothing")
+
+
+def arithmetic(C, name, ev):
+    if not required_files(C, name, ev):
+        return None
+    cfg, bad = ev["config"], []
+    split = split_problems(bad, name, cfg)
+    hash_selection_problems(bad, cfg)
+    model_problems(bad, cfg)
+    if ev["identity"] is not None:
+        identity_problems(bad, name, cfg, ev["identity"], sha256_text(""))
+    C.add(name, A, "config consistency", 1, bad)
+    environment_check(C, name, ev)
+    records = ev["records"]
+    if not record_shape_check(C, name, records, SHAPE, lambda i, r: f"idx {r.get('idx', '?')}"):
+        return None
+    want, why, settings = hash_selection(cfg)
+    bad = [why] if want is None else rank_order_problems([r["idx"] for r in records], want, settings)
+    bad += [f"idx {r['idx']} rank: {r['rank']}, at position {i}" for i, r in enumerate(records) if r["rank"] != i]
+    C.add(name, A, "item selection", len(records), bad)
+    expected = {"experiment": name, "split": split, "n_items": len(records),
+                "n_positive": sum(r["label"] == 1 for r in records)}
+    summary_check(C, name, ev, expected, "summary.json values", len(records))
+    stages_check(C, name, ev, {}, len(records))
+    return records
+
+
+def identity(C, name, out, ev, records, model_dir, parquet):
+    C.skip(name, "identity", "labels", "the toy does not re-read the data")
+'''
+
+TOY_SECTION = '''"""toy: the label count."""
+from evidence_report.tables import kv_table
+
+NAME = "toy"
+
+
+def render(exp_dir, summary):
+    return kv_table([("items", summary["n_items"]), ("positive labels", summary["n_positive"])], "toy-counts")
+'''
+
+TOY_LINE = '    declare("toy", ("shared",)),\n'
+
+
+def repository_copy(dest):
+    """The working tree's files (tracked, and new ones not ignored) copied to dest; the venv is this process's."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = REPO / rel
+        if src.is_file() and not src.is_symlink():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def add_toy(repo):
+    """ARCHITECTURE.md's steps: three modules and one registry line. Returns the files touched."""
+    (repo / "experiments" / "toy.py").write_text(TOY_RUNNER)
+    (repo / "evidence_audit" / "rules" / "toy.py").write_text(TOY_RULE)
+    (repo / "evidence_report" / "sections" / "toy.py").write_text(TOY_SECTION)
+    reg = repo / "registry.py"
+    text = reg.read_text()
+    end = text.index("\n)\n", text.index("EXPERIMENTS = (")) + 1        # the closing parenthesis of EXPERIMENTS
+    reg.write_text(text[:end] + TOY_LINE + text[end:])
+    return ["experiments/toy.py", "evidence_audit/rules/toy.py", "evidence_report/sections/toy.py", "registry.py"]
+
+
+def snapshot(repo):
+    """Every file of the copy -> its bytes (the copy is small: source, fixtures, docs)."""
+    return {str(p.relative_to(repo)): p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+
+
+def changed_files(before, after):
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+
+
+def in_copy(repo, *args):
+    return run_cli(*args, cwd=repo, timeout=900)
+
+
+@pytest.mark.slow
+def test_adding_an_experiment_touches_four_files(tiny_cache, tmp_path):
+    repo = repository_copy(tmp_path / "repo")
+    before = snapshot(repo)
+    touched = add_toy(repo)
+    assert changed_files(before, snapshot(repo)) == sorted(touched) and len(touched) <= 4
+
+    out = tmp_path / "O"
+    proc = in_copy(repo, "run.py", "--cache", tiny_cache, "--out", out, "--smoke", "--experiment", "toy",
+                   "--model", "tiny-random-llama")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "toy" / "summary.json").read_text())
+    assert summary["n_items"] == 2 and summary["split"] == "smoke", summary
+
+    tampered = tmp_path / "tampered"
+    shutil.copytree(out, tampered)
+    proc = in_copy(repo, "audit.py", out)
+    assert proc.returncode == 0 and "RESULT: PASS" in proc.stdout, proc.stdout + proc.stderr
+    rows = [c for c in json.loads((out / "audit.json").read_text())["checks"] if c["experiment"] == "toy"]
+    names = {c["check"] for c in rows if c["status"] == "PASS"}
+    assert {"config consistency", "item selection", "summary.json values"} <= names, rows
+
+    page_dir = tmp_path / "page"
+    shutil.copytree(out, page_dir)
+    proc = in_copy(repo, "report.py", page_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for page in (out / "report.html", page_dir / "report.html"):          # run.py's own page, and report.py's
+        html = page.read_text()
+        assert '<section id="toy">' in html and 'id="toy-counts"' in html, page
+        assert "render-error" not in html.split('<section id="toy">')[1], page
+
+    # one label flipped, and the forger's reseal of MANIFEST.json: the toy's own rule must catch it
+    records = tampered / "toy" / "records.jsonl"
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    lines[0]["label"] = 1 - lines[0]["label"]
+    records.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in lines))
+    reseal = "import sys; from evidence_audit.manifest import reseal; reseal(__import__('pathlib').Path(sys.argv[1]))"
+    proc = in_copy(repo, "-c", reseal, tampered)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = in_copy(repo, "audit.py", tampered)
+    assert proc.returncode == 1 and "RESULT: FAIL" in proc.stdout, proc.stdout + proc.stderr
+    failed = [c for c in json.loads((tampered / "audit.json").read_text())["checks"] if c["status"] == "FAIL"]
+    assert [(c["experiment"], c["check"]) for c in failed] == [("toy", "summary.json values")], failed
