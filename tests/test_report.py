@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import conftest
+import registry
 from conftest import run_cli
 from test_run_safety import fill, tmpfs  # noqa: F401  (tmpfs is a fixture: a small tmpfs mount, root only)
 
@@ -774,7 +775,7 @@ def check_page(browser, page, out, tmp_path, tag):
     assert outside == [], f"the page requested {outside[:5]}"
     assert got["images"] and all(done and width > 0 for done, width, _ in got["images"]), got["images"]
     assert got["errors"] == 0, "a section fell back to the generic table on real evidence"
-    assert got["sections"] == list(CHECKS), got["sections"]
+    assert got["sections"] == list(registry.NAMES) and set(CHECKS) == set(registry.NAMES), got["sections"]
     assert_numbers_rounded(got["cells"])      # every number shown rounded, its exact value kept in data-value
     for name, check in CHECKS.items():
         summary = json.loads((out / name / "summary.json").read_text())
