@@ -12,6 +12,16 @@ REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
+def pytest_collection_modifyitems(config, items):
+    """The unit tier (-m "not slow") never prepares the real model: a test that reaches prepared_cache through any
+    fixture (tiny_cache copies its tokenizer) must be marked slow, or the session stops here naming it."""
+    unmarked = [item.nodeid for item in items
+                if "prepared_cache" in getattr(item, "fixturenames", ()) and item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError(f"{len(unmarked)} test(s) need the prepared real model but are not marked slow: "
+                                + ", ".join(unmarked[:5]))
+
+
 def run_cli(*args, env=None, cwd=REPO, timeout=1800, unset=()):
     """Run one of the repository's scripts as a user would; return the CompletedProcess (never raises).
     env: variables to set; unset: variables of this process's environment to leave out."""

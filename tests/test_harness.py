@@ -520,6 +520,7 @@ def cli_load(cache, model_id, out):
     return loaded.model, loaded.tokenizer
 
 
+@pytest.mark.slow     # tiny_cache copies the tokenizer of the prepared real model: the unit tier prepares none
 def test_cli_and_experiments_load_the_same_model(tiny_cache, tmp_path):
     """The harness CLI's loader and adapter.load_model (every experiment's, run.py --experiment harness's) give
     the tiny random model the same dtype, attention implementation, thread setting, device and eval mode, and the
@@ -552,6 +553,7 @@ def test_cli_and_experiments_load_the_same_model(tiny_cache, tmp_path):
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow     # tiny_cache copies the tokenizer of the prepared real model: the unit tier prepares none
 def test_the_loader_reads_safetensors_only(tiny_cache, tmp_path):
     """A pickled checkpoint is never loaded: beside the safetensors it is ignored, alone it is refused (loading a
     pickle runs code). Both paths call this loader."""
@@ -573,6 +575,7 @@ def test_the_loader_reads_safetensors_only(tiny_cache, tmp_path):
         load_hf_model(both, settings)
 
 
+@pytest.mark.slow     # tiny_cache copies the tokenizer of the prepared real model: the unit tier prepares none
 def test_cli_refuses_a_device_it_cannot_use(tiny_cache, tmp_path):
     p = run_cli("-m", "harness", "run", "--adapter", "smollm2", "--cache", tiny_cache, "--model",
                 "tiny-random-llama", "--device", "tpu", "--out", tmp_path / "x.json")

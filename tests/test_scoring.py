@@ -76,6 +76,7 @@ def items_of(tok, contexts):
     return [(f"context {n}", ctx, cands) for n, ctx in enumerate(contexts) for cands in CANDIDATE_SETS]
 
 
+@pytest.mark.slow     # tiny_cache copies the tokenizer of the prepared real model: the unit tier prepares none
 def test_batch_1_is_the_definition_one_pass_per_distinct_input(tiny_cache):
     """At batch size 1 every score equals candidate_logprob's (one pass per candidate) exactly, with one forward
     pass per distinct input: candidates sharing context + candidate[:-1] share it, across items too."""
