@@ -1,8 +1,8 @@
 """Pinned resources: the lock, hashing, atomic writes, the data schemas, and the cache manifest.
 
-The bottom layer (it imports nothing from this repository). prepare.py fills the cache with it; run.py, bench.py
-and the experiments read the cache through it (`verified_inputs`: nothing the manifest does not vouch for is
-read). The audit (audit.py, evidence_audit/) deliberately re-implements the little it needs instead of importing
+The bottom layer (it imports nothing from this repository). prepare.py fills the cache with it; run.py and bench.py
+read the cache through it (`prepared_manifest`, `verified_model`, `verified_rows`: nothing the manifest does not
+vouch for is read). The audit (audit.py, evidence_audit/) deliberately re-implements the little it needs instead of importing
 this module.
 
 Limits: verification is by sha256 of bytes (files) or of a canonical text rendering (data content); it says
@@ -685,27 +685,6 @@ def verify_resource_files(cache, rid, manifest=None):
             raise ResourceError(f"{path}: bytes changed since prepare (resource {rid}, expected sha256 "
                                 f"{meta['sha256']}); delete it and run: python prepare.py --cache {cache}")
     return entry
-
-
-def verified_inputs(cache, model_id, data_id, local_model=None):
-    """Re-hash the model and data files the manifest vouches for; nothing unverified is ever read.
-
-    Returns (model_dir, parquet, model_identity, data_entry): the model's Hugging Face directory, the data's
-    parquet (data/<id>/<split>.parquet), {id, dir, model_sha256, tokenizer_sha256, source}, and the data's
-    manifest entry. (The data's content against its lock: verified_data.)
-    `model_id` is a lock id, or (when `local_model` is given) the path of a local Hugging Face directory: see
-    verified_model. Raises ResourceError naming the file and what to do."""
-    cache = Path(cache)
-    manifest = prepared_manifest(cache)
-    model_dir, model_identity = verified_model(cache, model_id, manifest, local_model)
-    data_entry = verify_resource_files(cache, data_id, manifest)
-    parquet = data_parquet(cache, data_id, data_entry)
-    if str(parquet.relative_to(cache)) not in data_entry["files"]:
-        raise ResourceError(f"{parquet}: not listed in the manifest; run: python prepare.py --cache {cache}")
-    if data_entry["kind"] != "data":
-        raise ResourceError(f"{cache / MANIFEST}: --data {data_id} is a {data_entry['kind']} entry; run: python "
-                            f"prepare.py --cache {cache}")
-    return model_dir, parquet, model_identity, data_entry
 
 
 def verified_model(cache, model_id, manifest, local_model=None):

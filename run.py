@@ -218,10 +218,9 @@ def verified_inputs(args, modules, routed=None):
     model_dir, model_identity = resources.verified_model(cache, args.model, manifest, local_model.local_identity)
     data = {}
     for name, module in modules.items():
-        schema = getattr(module, "DATA_SCHEMA", "sst2")
-        if schema is None:
+        if data_key(module) is None:
             continue
-        data_id = data_id_of(module, args, routed)
+        schema, data_id = getattr(module, "DATA_SCHEMA", "sst2"), data_id_of(module, args, routed)
         if data_id not in data:
             parquet, entry, _ = resources.verified_rows(cache, data_id, manifest)
             data[data_id] = Data(id=data_id, schema=entry.get("schema", "sst2"), parquet_path=parquet,
@@ -232,11 +231,19 @@ def verified_inputs(args, modules, routed=None):
     return Inputs(cache=cache, model_dir=model_dir, model_identity=model_identity, data=data)
 
 
+def data_key(module):
+    """The key of an experiment's effective config naming the data it reads (DATA_CONFIG_KEY, "data" unless it
+    says otherwise); None for an experiment that reads none (DATA_SCHEMA None)."""
+    if getattr(module, "DATA_SCHEMA", "sst2") is None:
+        return None
+    return getattr(module, "DATA_CONFIG_KEY", "data")
+
+
 def data_id_of(module, args, routed=None):
-    """The data resource an experiment reads: its effective config's DATA_CONFIG_KEY (--data, or the key
-    route_data set for it)."""
+    """The data resource an experiment reads: its effective config's data_key (--data, or the key route_data set
+    for it)."""
     effective = config.effective(module.CONFIG_SECTIONS, {"data": args.data, **(routed or {}).get(module.NAME, {})})
-    return effective[getattr(module, "DATA_CONFIG_KEY", "data")]
+    return effective[data_key(module)]
 
 
 def options_of(args):
@@ -271,8 +278,7 @@ def context_for(module, args, inputs, options, stages, routed=None, plan=None, e
     effective = config.effective(module.CONFIG_SECTIONS, {"model": model, "data": args.data,
                                                           **numerics_overrides(args),
                                                           **(routed or {}).get(module.NAME, {})})
-    data = (inputs.data.get(effective[getattr(module, "DATA_CONFIG_KEY", "data")])
-            if getattr(module, "DATA_SCHEMA", "sst2") is not None else None)
+    data = inputs.data.get(effective[data_key(module)]) if data_key(module) is not None else None
     return Context(name=module.NAME, split=split, config=effective, inputs=inputs, options=options, stages=stages,
                    plan=plan, data=data, environment=env)
 

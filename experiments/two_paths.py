@@ -124,7 +124,12 @@ def score_independent(ctx, model, tokenizer, units, prompt_template_sha256, desc
     return out, {**model_facts(model, tokenizer), "result_cache": stats, "batching": batching_facts(plan)}
 
 
-def by_whole_batches(ctx, units, key=lambda item: item["idx"]):
+def by_idx(item):
+    """The default key of an item: its row idx."""
+    return item["idx"]
+
+
+def by_whole_batches(ctx, units, key=by_idx):
     """parallel.shard_map's keyword arguments for a scoring call whose units are (key, where, context, candidates):
     each item goes with its unit's share of the one-process plan, so every rank or shard gets whole batches of it
     and its lm-eval call forms exactly the batches one process forms. Batches that one unit's rows span form one
@@ -183,10 +188,6 @@ def score_disagreement(keys, independent, config, noun="items"):
 # each path's model once per process, runs the official side of every call, then the independent side, data
 # parallel through parallel.shard_map, and checks that both loaded the model the same way. What an experiment does
 # with the two sides (the identity join, the comparison, the records) stays in the experiment.
-
-def by_idx(item):
-    return item["idx"]
-
 
 @dataclass
 class Call:

@@ -1,5 +1,5 @@
 """prepare.py as a user runs it: real wheel, real GGUF, real parquet, no mocks; and the data layer under it
-(resources.py's schema table, verified_inputs) and the import layering of prepare/resources/bench/adapter.
+(resources.py's schema table, the verifiers run.py calls) and the import layering of prepare/resources/bench/adapter.
 
 The session's `prepared_cache` is never touched: tests that flip bytes or run prepare again work on a copy.
 Tests that need the prepared real model are marked slow; model materialisation takes ~10 s, so only the
@@ -402,7 +402,16 @@ def test_mctaco_copy_that_differs_names_the_row(tmp_path):
     assert "idx 7" in proc.stderr and str(bad) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-# ---- resources.verified_inputs ---------------------------------------------------------------------------------
+# ---- the verifiers run.py calls (run.verified_inputs): manifest, model, data rows ------------------------------
+
+def verified_inputs(cache, model_id, data_id):
+    """What run.verified_inputs asks of resources.py for one model and one data resource, in its order:
+    (model_dir, parquet, model_identity, data manifest entry)."""
+    manifest = resources.prepared_manifest(cache)
+    model_dir, identity = resources.verified_model(cache, model_id, manifest)
+    parquet, entry, _ = resources.verified_rows(cache, data_id, manifest)
+    return model_dir, parquet, identity, entry
+
 
 def fake_prepared_cache(cache):
     """A cache whose manifest vouches for a stand-in model directory and the sentiment fixture's parquet."""
@@ -417,30 +426,33 @@ def fake_prepared_cache(cache):
     def files(*paths):
         return {str(p.relative_to(cache)): {"sha256": resources.sha256_file(p), "size": p.stat().st_size}
                 for p in paths}
+    facts = {"content_sha256": resources.content_sha256(fixture_rows()), "rows": 200,
+             "label_counts": {"0": 100, "1": 100}}
     resources.save_manifest(cache, {"resources": {
         "m": {"kind": "model", "source": {"kind": "test"}, "files": files(*sorted(model_dir.iterdir()))},
-        "d": {"kind": "data", "source": {"kind": "test"}, "content_sha256": resources.content_sha256(fixture_rows()),
-              "rows": 200, "label_counts": {"0": 100, "1": 100},
+        "d": {"kind": "data", "source": {"kind": "test"}, **facts,
               "files": files(cache / "data" / "d" / "validation.parquet")}}})
+    # the data's pin, as prepare.py --name writes it: run.py checks the rows against the lock that pins them
+    resources.user_lock_path(cache).write_text(json.dumps({"data": {"d": facts}}))
     return model_dir
 
 
 def test_verified_inputs_returns_what_the_manifest_vouches_for(tmp_path):
     cache = tmp_path / "cache"
     with pytest.raises(resources.ResourceError, match="no prepared cache here"):
-        resources.verified_inputs(cache, "m", "d")
+        verified_inputs(cache, "m", "d")
     model_dir = fake_prepared_cache(cache)
-    got_dir, parquet, identity, data_entry = resources.verified_inputs(cache, "m", "d")
+    got_dir, parquet, identity, data_entry = verified_inputs(cache, "m", "d")
     assert got_dir == model_dir and parquet == cache / "data" / "d" / "validation.parquet"
     assert identity == {"id": "m", "dir": str(model_dir), "source": {"kind": "test"},
                         "model_sha256": resources.sha256_file(model_dir / "model.safetensors"),
                         "tokenizer_sha256": resources.sha256_file(model_dir / "tokenizer.json")}
     assert data_entry["content_sha256"] == resources.content_sha256(fixture_rows())
     with pytest.raises(resources.ResourceError, match="resource 'x' is not prepared"):
-        resources.verified_inputs(cache, "m", "x")
+        verified_inputs(cache, "m", "x")
     flip_byte(model_dir / "tokenizer.json")
     with pytest.raises(resources.ResourceError, match="tokenizer.json: bytes changed since prepare"):
-        resources.verified_inputs(cache, "m", "d")
+        verified_inputs(cache, "m", "d")
 
 
 # ---- a manifest of the wrong shape: refused by run.py on one line, repaired by prepare.py ----------------------
@@ -469,7 +481,7 @@ def test_a_manifest_of_the_wrong_shape_is_refused_on_one_line(tmp_path, kind):
     fake_prepared_cache(cache)
     (cache / "manifest.json").write_text(WRONG_SHAPES[kind])
     with pytest.raises(resources.ResourceError) as e:
-        resources.verified_inputs(cache, "m", "d")
+        verified_inputs(cache, "m", "d")
     msg = str(e.value)
     assert "\n" not in msg and str(cache / "manifest.json") in msg and "prepare.py --cache" in msg
     proc = run_cli("prepare.py", "--cache", cache, "--verify", env=NO_PIP)
