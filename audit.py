@@ -8,7 +8,12 @@
     python audit.py --lm-eval RUN_DIR [--tokens --data FILE] [--forward --model DIR] [--sample N]
                                                    # an lm-eval 0.4.9.2 --log_samples --output_path directory
 
-Exit codes: 0 every claim recomputes, 1 a check failed, 2 the evidence is unreadable. `python audit.py --help`
+Exit codes: 0 every claim recomputes, 1 a check failed (FAIL) or something asked for could not be checked
+(INCOMPLETE: O/private/ absent, or a requested level's tokenizer, data or model not found), 2 the evidence is
+unreadable or the command line is wrong (e.g. an --experiment no registry.py entry declares). The JSON report goes
+to O/audit.json for an audit of every experiment, to O/audit.<name>[+<name>].json for --experiment (see
+evidence_audit/cli.py: a partial or lower-level audit never replaces a deeper O/audit.json unless it FAILs); an
+audit report in O is an output, never evidence: no audit reads it. `python audit.py --help`
 lists every flag, the levels and the limits (the docstring of the package evidence_audit/, where the rules live).
 Neither this file nor the package imports run, experiments, harness, report, bench, prepare, resources, config,
 adapter or lm_eval: every rule is written again there, on purpose.

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import config
 import resources
 from resources import ResourceError
 
@@ -734,12 +736,32 @@ def prepare_user_data(cache, manifest, lock, name, data_file, split="validation"
         entry["schema"] = schema.name
     resources.verify_rows(rows, entry, str(path), schema)
     say(f"  read {path}: {describe(rows, facts['content_sha256'], schema)}")
+    say(f"  splits: {splits_supported(len(rows), schema)}")
     drop_entry(cache, manifest, name)
     user_lock["data"][name] = entry
     resources.atomic_write_json(resources.user_lock_path(cache), user_lock)
     say(f"  recorded {name} in {resources.user_lock_path(cache)} (resources.lock.json is not touched)")
     store_data(cache, manifest, name, entry, rows, entry["source"], None, imported_from=imported_from(path, schema))
     return name
+
+
+def splits_supported(n_rows, schema):
+    """Which run.py --split values data of `n_rows` rows supports, with config.py's numbers (the SST-2 experiments
+    draw smoke, dev and confirm by the hash rule; MC-TACO scores every document)."""
+    if schema is not resources.SST2:
+        return "dev and all score every document (mctaco has no held-back confirmation split)"
+    shared = config.CONFIG["shared"]
+    n_dev, n_confirm = shared["n_dev"], shared["n_confirm"]
+    need = {"smoke": shared["n_smoke"], "dev": n_dev, "confirm": n_dev + n_confirm}
+    ok = [name for name, n in need.items() if n_rows >= n] + ["all (every row in idx order)"]
+    short = [f"{name} needs {n} rows" for name, n in need.items() if n_rows < n]
+    text = f"run.py --split {', '.join(ok)}"
+    if short:
+        text += (f"; {', '.join(short)} (dev: the first {n_dev} by the hash rule, confirm: the {n_confirm} after) "
+                 f"and this file has {n_rows}")
+    if n_rows < n_dev:
+        text += ": run.py scores split all on it unless --split says otherwise"
+    return text
 
 
 def extra_default_data(lock):
@@ -816,6 +838,30 @@ def build_parser():
     ap.add_argument("--verify", action="store_true",
                     help="only re-hash every file the manifest lists (limited to --model/--data if given)")
     return ap
+
+
+DATA_FILE_SUFFIXES = (".tsv", ".txt", ".parquet")
+FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_data_file(path):
+    """Refuse a --data-file that is not a regular .tsv/.txt/.parquet file, by os.stat alone: a FIFO or a device is
+    never opened (reading a FIFO blocks until a writer comes; /dev/zero never ends). A symlink is followed and named."""
+    expected = "expected a regular file (.tsv or .parquet)"
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        link = f" (a symlink to {os.readlink(path)}, which does not exist)" if os.path.islink(path) else ""
+        raise ResourceError(f"--data-file {path}: not found{link}; {expected}")
+    except OSError as e:
+        raise ResourceError(f"--data-file {path}: cannot be examined ({e.strerror or e}); {expected}")
+    if not stat.S_ISREG(st.st_mode):
+        what = next((name for test, name in FILE_KINDS if test(st.st_mode)), "not a regular file")
+        via = f"a symlink to {os.readlink(path)}, " if os.path.islink(path) else ""
+        raise ResourceError(f"--data-file {path}: {via}{what}; {expected}")
+    if Path(path).suffix not in DATA_FILE_SUFFIXES:
+        raise ResourceError(f"--data-file {path}: suffix {Path(path).suffix!r}; {expected}")
 
 
 def read_lock(args):
@@ -910,6 +956,8 @@ def main(argv=None):
             ap.error("--verify only re-hashes; it takes no --data-file, --pin or --source")
         verify_cache(cache, lock, {r for r in (args.model, args.data) if r})
         return
+    if args.data_file is not None:
+        check_data_file(args.data_file)
     plan = plan_resources(ap, args, lock)
     if cache.exists() and not cache.is_dir():
         raise ResourceError(f"--cache {cache}: exists and is not a directory")

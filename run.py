@@ -16,22 +16,30 @@ instead). Library chatter (lm-eval, transformers, datasets loggers and Python wa
 console keeps progress bars and results (--verbose: everything on the console).
 
 One run per O: an --out that already holds evidence is refused (exit 2) unless --replace, which moves it to the
-sibling <O>.replaced-<its run id>; what a killed run left (O/.tmp-*, O/private/.tmp-*) is swept with one line; an
---out that is a file, read-only, or on a full disk (a 1 MiB probe is written, fsynced and deleted) is refused
-before anything is loaded. A damaged CACHE/results.sqlite is set aside with one warning before any scoring. Every
-run has one run id (uuid4 hex) in each identity.json, O/private/<exp>/run.json, environment.json and report.html.
-The run ends with environment.json (only if some evidence was installed), report.html, and MANIFEST.json last
-(every public file with size and sha256, the private halves by digest); it prints "evidence digest: sha256:..."
-(the sha256 of MANIFEST.json) to cite next to the commit.
+sibling <O>.replaced-<its run id>. One run at a time: a run holds an flock on the sibling <O>.lock until it ends
+(the kernel drops it if the run is killed), and a second run refuses on one line naming the holder's pid. A run
+writes O/.run-in-progress (its run id, pid, and the names it may create) into an O that holds nothing else, and
+removes it just before MANIFEST.json; what a run that did not finish left is removed by the next run, with one line
+naming that run, only when every entry of O is a name its marker claimed (its temp directories carry its run id);
+anything else in O (a user's report.html, run.log, notes) makes the run refuse O with nothing deleted. An --out that
+is a file, read-only, or on a full disk (a 1 MiB probe is written, fsynced and deleted) is refused before anything
+is loaded. The digest is printed only after MANIFEST.json is read back as written. A damaged CACHE/results.sqlite is
+set aside with one warning before any scoring. Every run has one run id (uuid4 hex) in each identity.json,
+O/private/<exp>/run.json, environment.json and report.html. The run ends with environment.json (only if some
+evidence was installed), report.html, and MANIFEST.json last (every public file with size and sha256, the private
+halves by digest); it prints "evidence digest: sha256:..." (the sha256 of MANIFEST.json) to cite next to the commit.
 """
 import argparse
+import difflib
 import hashlib
 import importlib
 import json
+import math
+import os
+import shlex
 import shutil
 import sqlite3
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,15 +51,38 @@ import resources
 from adapter import device_problem
 from experiments import EXPERIMENTS, launch, parallel, result_cache
 from experiments.context import Context, Data, Inputs, Options
-from experiments.evidence import (IdentityMismatch, ScoringError, Stages, environment, evidence_entries,
-                                  existing_ancestor, new_run_id, probe_writable, set_aside,
-                                  stray_entries, sweep_leftovers, write_json, write_jsonl, write_manifest)
-from experiments.runlog import LibraryChatter
+from experiments.evidence import (MARKER, IdentityMismatch, ScoringError, Stages, environment, evidence_entries,
+                                  existing_ancestor, new_run_id, probe_writable, read_marker, refuse_if_locked,
+                                  remove_marker, set_aside, sweep_claimed, take_out_lock, temp_dir_name,
+                                  unclaimed_entries, write_json, write_jsonl, write_manifest, write_marker)
+from experiments.runlog import LibraryChatter, ending_of
 from resources import ResourceError
 
 
 def parse_args(argv=None):
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.smoke and args.split in ("confirm", "all"):
+        p.error(f"--smoke takes development items; it cannot be combined with --split {args.split}")
+    if args.shard is not None:
+        args.shard = parse_shard(args.shard) or p.error(f"--shard {args.shard}: expected K/N with 1 <= K <= N")
+    if args.shard and args.merge:
+        p.error("--shard scores one shard, --merge joins them: give one of the two")
+    return args
 
+
+def given_flags(argv=None):
+    """The options given on the command line (their dests, in the parser's order), whatever their values: a flag
+    that repeats its default is still given."""
+    p = build_parser()
+    dests = list(vars(p.parse_args(argv)))
+    for action in p._actions:       # no default at all: a dest then appears only when its flag was given
+        action.default = argparse.SUPPRESS
+    given = vars(p.parse_args(argv))
+    return [d for d in dests if d in given]
+
+
+def build_parser():
     shared = config.CONFIG["shared"]
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -60,10 +91,11 @@ def parse_args(argv=None):
     p.add_argument("--experiment", choices=EXPERIMENTS, action="append",
                    help="experiment to run (repeatable); default: all")
     p.add_argument("--smoke", action="store_true", help="first 2 development items of each experiment")
-    p.add_argument("--split", choices=["dev", "confirm", "all"], default="dev",
-                   help="dev (default): the 64 development items; confirm: the 128 held-back confirmation items, only "
+    p.add_argument("--split", choices=["dev", "confirm", "all"],
+                   help="dev: the 64 development items; confirm: the 128 held-back confirmation items, only "
                         "when you mean it; all: every row of the data's validation split in idx order (for mctaco "
-                        "every document, whole questions), the confirmation items included")
+                        "every document, whole questions), the confirmation items included. Default: dev, or all "
+                        "for an experiment whose data has fewer rows than dev needs (said on the console)")
     p.add_argument("--data", help="data resource id (resources.lock.json, or a prepare.py --name import), routed by "
                                   "its schema: SST-2-shaped data to protocol/options/extraction, MC-TACO-shaped "
                                   "data (mc-taco, mc-taco-test, fixture-mctaco, ...) to mctaco; an experiment named "
@@ -97,8 +129,9 @@ def parse_args(argv=None):
                    help="bypass the result cache (CACHE/results.sqlite): recompute every independent score, "
                         "store nothing; the official path is never served from the cache either way")
     p.add_argument("--limit", type=int, metavar="N",
-                   help="lm-eval's own limit: score only its first N documents (experiments that implement it: "
-                        "mctaco). Refused where documents are parts of a group unless --allow-partial-groups")
+                   help="lm-eval's limit: score only the first N items of each experiment's selection, in its order "
+                        "(harness: the first N examples of each task); a quick look, not a result: every output "
+                        "says so. Refused where documents are parts of a group (mctaco) unless --allow-partial-groups")
     p.add_argument("--allow-partial-groups", action="store_true",
                    help="with --limit: accept that the cut splits a question's candidates; the output lists every "
                         "cut question and marks all metrics as computed on an incomplete set")
@@ -111,17 +144,14 @@ def parse_args(argv=None):
                    help="score only shard K of N (1-based; the fixed rule of experiments/parallel.py) into --out, "
                         "the shard's own directory (SHARD.json: raw results, not evidence), for schedulers without a "
                         "shared launcher (Slurm arrays); join the N directories with --merge")
+    p.add_argument("--join-timeout", type=float, default=parallel.JOIN_TIMEOUT_S, metavar="SECONDS",
+                   help="under torchrun / accelerate launch: how long a rank waits for the others to join (said when "
+                        f"it starts waiting; default {parallel.JOIN_TIMEOUT_S:g}); a rank not joined in time stops "
+                        "the run with one line (exit 2)")
     p.add_argument("--merge", nargs="+", metavar="SHARD_OUT",
                    help="join the --out directories of every --shard K/N of one run into normal evidence in --out; "
                         "the scoring arguments come from the shards (give only --cache, --out, --replace, --verbose)")
-    args = p.parse_args(argv)
-    if args.smoke and args.split in ("confirm", "all"):
-        p.error(f"--smoke takes development items; it cannot be combined with --split {args.split}")
-    if args.shard is not None:
-        args.shard = parse_shard(args.shard) or p.error(f"--shard {args.shard}: expected K/N with 1 <= K <= N")
-    if args.shard and args.merge:
-        p.error("--shard scores one shard, --merge joins them: give one of the two")
-    return args
+    return p
 
 
 def parse_shard(text):
@@ -136,6 +166,8 @@ def check_flags(args):
     """Flag combinations refused before anything is loaded."""
     if args.threads < 1:
         raise ResourceError(f"--threads {args.threads}: expected an integer >= 1")
+    if not (math.isfinite(args.join_timeout) and args.join_timeout > 0):
+        raise ResourceError(f"--join-timeout {args.join_timeout:g}: expected a number of seconds > 0")
     if args.fast and args.device != "cpu":
         raise ResourceError(f"--fast with --device {args.device}: fast mode (experiments/fast_scoring.py) runs on the "
                             "cpu only; drop --fast or use --device cpu")
@@ -146,6 +178,66 @@ def check_flags(args):
                             "differently)")
 
 
+# what --merge uses itself; every other flag comes from the shards (experiments/launch.py OWN_ARGS: shard and
+# join_timeout have no part in a merge)
+MERGE_TAKES = ("cache", "out", "replace", "verbose", "merge")
+
+
+def check_merge_flags(args, argv=None):
+    """--merge replays the shards' scoring arguments (launch.plan_for), so any other flag given with it would do
+    nothing, even one that repeats its default: refused, naming it, rather than recorded in a command line it did
+    not shape."""
+    if not args.merge:
+        return
+    extra = [f"--{d.replace('_', '-')}" for d in given_flags(argv) if d not in MERGE_TAKES]
+    if extra:
+        raise ResourceError(f"--merge takes the scoring arguments from the shards; {', '.join(extra)} would do "
+                            "nothing: leave {} out (a merge takes only --cache, --out, --replace, --verbose)"
+                            .format("it" if len(extra) == 1 else "them"))
+
+
+def closest_first(given, known):
+    """`known` sorted by likeness to `given` (difflib's ratio), most alike first; ties by name."""
+    return sorted(known, key=lambda k: (-difflib.SequenceMatcher(None, given, k).ratio(), k))
+
+
+def known_ids(cache, kind):
+    """The ids --model (kind "model") or --data (kind "data") may name: the repository lock's, the cache
+    manifest's and, for data, the user's --name imports (CACHE/user.lock.json)."""
+    section = {"model": "models", "data": "data"}[kind]
+    ids = set(resources.load_lock().get(section, {}))
+    ids |= {rid for rid, e in resources.load_manifest(cache)["resources"].items() if e.get("kind") == kind}
+    if kind == "data":
+        ids |= set(resources.load_user_lock(cache)["data"])
+    return ids
+
+
+def looks_like_path(value):
+    return os.sep in value or value.startswith((".", "~")) or os.path.lexists(value)
+
+
+def check_names(args):
+    """--model and --data against what exists, before the cache is verified and anything is imported: a --model
+    that reads as a path must be a directory; an id must be one the lock, the manifest (or for data CACHE/
+    user.lock.json) knows, else one line lists the known ids, closest first."""
+    cache = Path(args.cache)
+    if args.model and not Path(args.model).is_dir():
+        local = "a local model is a directory holding config.json, *.safetensors and tokenizer.json"
+        if looks_like_path(args.model):
+            what = "not a directory" if os.path.lexists(args.model) else "no such directory"
+            raise ResourceError(f"--model {args.model}: {what}; {local}")
+        known = known_ids(cache, "model")
+        if args.model not in known:
+            raise ResourceError(f"--model {args.model}: unknown model id {args.model!r}; known: "
+                                f"{', '.join(closest_first(args.model, known))} (closest first); or {local}")
+    if args.data is not None:
+        known = known_ids(cache, "data")
+        if args.data not in known:
+            raise ResourceError(f"--data {args.data}: unknown data id {args.data!r}; known: "
+                                f"{', '.join(closest_first(args.data, known))} (closest first); a file of your own "
+                                f"is imported first: python prepare.py --cache {cache} --data-file FILE --name NAME")
+
+
 def check_limit(args, modules):
     """--limit against the experiments' contract attributes SUPPORTS_LIMIT and DOCUMENTS_ARE_GROUP_PARTS."""
     if args.limit is None:
@@ -153,8 +245,9 @@ def check_limit(args, modules):
     unsupported = [n for n, m in modules.items() if not getattr(m, "SUPPORTS_LIMIT", False)]
     grouped = [n for n, m in modules.items() if getattr(m, "DOCUMENTS_ARE_GROUP_PARTS", False)]
     if unsupported:
-        raise ResourceError(f"--limit is not implemented for experiment(s) {', '.join(unsupported)}; name one that "
-                            "implements it, e.g. --experiment mctaco")
+        supported = [n for n, m in modules.items() if getattr(m, "SUPPORTS_LIMIT", False)]
+        raise ResourceError(f"--limit is not implemented for experiment(s) {', '.join(unsupported)}; name only "
+                            f"experiments that implement it ({', '.join(supported) or 'none of those named'})")
     if grouped and not args.allow_partial_groups:
         raise ResourceError(f"--limit {args.limit} refused: {', '.join(grouped)} documents are parts of a group (one "
                             f"per candidate answer of a question), so the first {args.limit} documents can cut a "
@@ -213,7 +306,9 @@ def verified_inputs(args, modules, routed=None):
     effective config names under DATA_CONFIG_KEY ("data": --data; mctaco: "mctaco_data"), none when its
     DATA_SCHEMA is None; each is re-hashed through the manifest, checked against the lock that pins it and its
     rows re-hashed (resources.verified_rows), and must have the experiment's schema."""
-    cache = Path(args.cache)
+    # absolute (not resolved: a symlinked cache stays spelled as given), so that config.json's model.dir, and the
+    # cache root it implies, can be found by an audit started from any directory
+    cache = Path(os.path.abspath(args.cache))
     manifest = resources.prepared_manifest(cache)
     model_dir, model_identity = resources.verified_model(cache, args.model, manifest, local_model.local_identity)
     data = {}
@@ -272,7 +367,7 @@ def context_for(module, args, inputs, options, stages, routed=None, plan=None, e
     """The experiment's Context: its effective config is its CONFIG_SECTIONS merged flat, with --model (the lock id,
     or the local directory's resolved path), --data, --device, --threads and --dtype (and, for an experiment --data
     was routed to by schema, its own data key: route_data)."""
-    split = "smoke" if args.smoke else args.split
+    split = split_of(args, module, inputs, routed)
     local = inputs.model_identity.get("source") == "local"
     model = inputs.model_identity["id"] if local else args.model
     effective = config.effective(module.CONFIG_SECTIONS, {"model": model, "data": args.data,
@@ -281,6 +376,45 @@ def context_for(module, args, inputs, options, stages, routed=None, plan=None, e
     data = inputs.data.get(effective[data_key(module)]) if data_key(module) is not None else None
     return Context(name=module.NAME, split=split, config=effective, inputs=inputs, options=options, stages=stages,
                    plan=plan, data=data, environment=env)
+
+
+def split_of(args, module, inputs, routed=None):
+    """The experiment's split: smoke, the --split given, or by default dev, except all (every row in idx order)
+    when the experiment draws dev by the hash rule (SST-2-shaped data) and its data has fewer rows than dev needs:
+    a user's small file then runs as imported rather than being refused (split_notes says so on the console;
+    config.json records the split)."""
+    if args.smoke:
+        return "smoke"
+    if args.split:
+        return args.split
+    return "all" if rows_short_of_dev(args, module, inputs, routed) else "dev"
+
+
+def rows_short_of_dev(args, module, inputs, routed=None):
+    """(rows, rows dev needs) when the experiment's data is too small for the dev split, else None. Only the
+    experiments that draw dev by the hash rule (DATA_SCHEMA "sst2") need a number of rows (mctaco's dev is every
+    document; the harness reads no --data)."""
+    if getattr(module, "DATA_SCHEMA", "sst2") != "sst2" or data_key(module) is None:
+        return None
+    entry = resources.load_manifest(inputs.cache)["resources"].get(data_id_of(module, args, routed)) or {}
+    need = config.effective(module.CONFIG_SECTIONS, {})["n_dev"]
+    rows = entry.get("rows")
+    return (rows, need) if isinstance(rows, int) and rows < need else None
+
+
+def split_notes(args, modules, inputs, routed=None):
+    """One console line per data too small for the dev split, naming the experiments that score --split all."""
+    if args.smoke or args.split:
+        return
+    short = {}
+    for name, module in modules.items():
+        gap = rows_short_of_dev(args, module, inputs, routed)
+        if gap:
+            short.setdefault((data_id_of(module, args, routed), *gap), []).append(name)
+    for (data_id, rows, need), names in short.items():
+        print(f"note: data {data_id} has {rows} rows, fewer than the {need} the dev split needs: {', '.join(names)} "
+              f"score{'s' if len(names) == 1 else ''} split all (every row in idx order; config.json records it); "
+              "--split dev is refused on this data")
 
 
 def sha256_json(obj):
@@ -316,13 +450,16 @@ def local_model_identity(model_identity):
     return {"model_source": "local", "model_files": model_identity["files"]}
 
 
-def install(tmp_dir, final_dir):
+def install(tmp_dir, final_dir, run_id):
     """Move tmp_dir to final_dir by rename. One run per O means final_dir does not exist; if it does (the same
-    experiment named twice), the old one is moved into a temp name inside its own area first and removed after."""
+    experiment named twice), the old one is moved into a temp name (the run's, by run id) inside its own area first
+    and removed after."""
     final_dir = Path(final_dir)
     old = None
     if final_dir.exists():
-        old = Path(tempfile.mkdtemp(dir=final_dir.parent, prefix=f".tmp-old-{final_dir.name}-")) / final_dir.name
+        holder = final_dir.parent / temp_dir_name(final_dir.name, run_id, old=True)
+        holder.mkdir()
+        old = holder / final_dir.name
         final_dir.rename(old)
     Path(tmp_dir).rename(final_dir)
     if old is not None:
@@ -339,9 +476,11 @@ def write_evidence(out, ctx, module, result, env, started, data_parallel=None):
     own stages, wall time and peak RSS."""
     name, stages = ctx.name, ctx.stages
     (out / "private").mkdir(exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".tmp-{name}-"))
-    tmp_private = Path(tempfile.mkdtemp(dir=out / "private", prefix=f".tmp-{name}-"))
+    # named with the run id (O/.run-in-progress claims them): what a killed run left is provably its own
+    tmp, tmp_private = out / temp_dir_name(name, env["run_id"]), out / "private" / temp_dir_name(name, env["run_id"])
     try:
+        tmp.mkdir()
+        tmp_private.mkdir()
         with stages.stage("write"):
             write_json(tmp / "config.json", result.config)
             write_json(tmp / "identity.json", run_identity(env, ctx, module.CONFIG_SECTIONS, result))
@@ -357,8 +496,8 @@ def write_evidence(out, ctx, module, result, env, started, data_parallel=None):
                                          "total_wall_s": round(time.perf_counter() - started, 4),
                                          "peak_rss_semantics": "process peak RSS up to the end of the stage",
                                          **({"data_parallel": data_parallel} if data_parallel else {})})
-        install(tmp, out / name)
-        install(tmp_private, out / "private" / name)
+        install(tmp, out / name, env["run_id"])
+        install(tmp_private, out / "private" / name, env["run_id"])
     finally:
         for d in (tmp, tmp_private):
             if d.exists():
@@ -376,10 +515,25 @@ def write_failure(out, name, err):
         print(f"  {key}: {value}", file=sys.stderr)
     print(f"{'idx':>6}  {'field':<28} {'official':<40} independent", file=sys.stderr)
     for r in rows[:50]:
-        print(f"{str(r['idx']):>6}  {r['field']:<28} {str(r['official'])[:40]:<40} {str(r['independent'])[:60]}",
+        print(f"{str(r['idx']):>6}  {r['field']:<28} {cell(r['official']):<40} {cell(r['independent'])}",
               file=sys.stderr)
     if len(rows) > 50:
         print(f"... {len(rows) - 50} more rows in {Path(out) / f'{name}.FAILED.json'}", file=sys.stderr)
+
+
+def cell(value, width=100):
+    """A mismatch-table value, whole when it takes at most `width` characters (a pair of scores does), else never
+    cut silently: a list keeps its leading items whole and ends "… (N more)]", any other value "… (N more
+    characters)". FAILED.json holds every value whole."""
+    text = str(value)
+    if len(text) <= width:
+        return text
+    if isinstance(value, (list, tuple)) and value:
+        shown = 1
+        while shown < len(value) and len(str(list(value[:shown + 1]))) <= width:
+            shown += 1
+        return f"{str(list(value[:shown]))[:-1]}, … ({len(value) - shown} more)]"
+    return f"{text[:width]}… ({len(text) - width} more characters)"
 
 
 def run_experiment(module, ctx, env):
@@ -440,8 +594,10 @@ def write_report(out, names):
 
 def check_out(args, experiment_names):
     """Refuse an unusable --out before anything is imported or loaded: a file, a directory holding evidence of an
-    earlier run (without --replace), a directory (or, for a new one, its nearest existing parent) that does not take
-    a small probe file: read-only, not writable, or a full disk."""
+    earlier run (without --replace), a directory holding anything an earlier run cannot be shown to have written
+    (O/.run-in-progress names what a run that did not finish may have made), a directory (or, for a new one, its
+    nearest existing parent) that does not take a small probe file: read-only, not writable, or a full disk.
+    Nothing is created or deleted here."""
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ResourceError(f"--out {out}: exists and is not a directory; name a directory for the evidence")
@@ -451,11 +607,14 @@ def check_out(args, experiment_names):
             raise ResourceError(f"--out {out}: already holds the evidence of an earlier run ({', '.join(held[:5])}); "
                                 "one run per output directory: name a new --out, or add --replace to move the old "
                                 f"one aside to {out.name}.replaced-<its run id>")
-        strays = [] if held else stray_entries(out, experiment_names)
+        marker = None if held else read_marker(out)
+        strays = [] if held else unclaimed_entries(out, marker)
         if strays:
+            why = (f"{out / MARKER} (run {marker['run_id']}) does not name {'it' if len(strays) == 1 else 'them'}"
+                   if marker else f"no {MARKER} of an earlier run names {'it' if len(strays) == 1 else 'them'}")
             raise ResourceError(f"--out {out}: holds {len(strays)} entr{'y' if len(strays) == 1 else 'ies'} no run "
-                                f"writes ({', '.join(strays[:5])}); every file in O becomes part of the evidence: "
-                                "name a new or empty directory")
+                                f"writes ({', '.join(strays[:5])}; {why}); every file in O becomes part of the "
+                                "evidence and nothing was deleted: name a new or empty directory")
     where = existing_ancestor(out)
     if not where.is_dir():
         raise ResourceError(f"--out {out}: {where} exists and is not a directory")
@@ -464,18 +623,43 @@ def check_out(args, experiment_names):
         raise ResourceError(f"--out {out}: {where}: {problem}")
 
 
-def setup_out(args, experiment_names):
-    """Create O for this run: with --replace the old evidence is moved aside first (said where); leftovers of a
-    killed run are swept (said what)."""
+def claim_out(args, experiment_names):
+    """One run per --out at a time: refuse if another run holds <O>.lock (naming its pid), check O, take the lock,
+    and check O again under it (a run that started meanwhile may have written). Returns the held lock."""
+    refuse_if_locked(args.out)
+    check_out(args, experiment_names)
+    try:
+        lock = take_out_lock(args.out)
+    except OSError as e:
+        raise ResourceError(f"--out {args.out}: cannot take its lock file ({e.strerror or e}: {e.filename})")
+    try:
+        check_out(args, experiment_names)
+    except ResourceError:
+        lock.release()
+        raise
+    return lock
+
+
+def setup_out(args, experiment_names, run_id):
+    """Create O for this run: with --replace the old evidence is moved aside first (said where); what an earlier
+    run that did not finish left is removed (said what, and whose), only the names its O/.run-in-progress claimed;
+    then this run's own marker is written."""
     out = Path(args.out)
     try:
         if out.is_dir() and args.replace and evidence_entries(out, experiment_names):
             print(f"--replace: the earlier evidence in {out} was moved to {set_aside(out)}")
         elif out.is_dir():
-            removed = sweep_leftovers(out)
-            if removed:
-                print(f"swept the leftovers of an interrupted run from {out}: {', '.join(removed)}")
+            marker = read_marker(out)
+            if marker:
+                ended = ending_of(out / "run.log", marker["run_id"])     # read before the sweep removes it
+                removed = sweep_claimed(out, marker)
+                how = (f"it ended ({ended}) without a manifest" if ended else
+                       "it did not finish (killed, or stopped before it could log how it ended)")
+                print(f"removed from {out} what run {marker['run_id']} (pid {marker['pid']} on {marker['host']}, "
+                      f"started {marker['started_utc']}) left: {', '.join(removed) or 'nothing but its marker'}; "
+                      f"{how}; each is a name its {MARKER} claimed when it started in an otherwise empty directory")
         out.mkdir(parents=True, exist_ok=True)
+        write_marker(out, run_id, experiment_names)
     except OSError as e:
         raise ResourceError(f"--out {out}: cannot prepare it ({e.strerror or e})")
     return out
@@ -507,9 +691,20 @@ def finish(out, env, installed, failed, chatter):
         write_json(out / "environment.json", env)
         write_report(out, installed)
     chatter.close()                     # run.log is listed in the manifest: nothing may be appended after it
+    remove_marker(out)                  # before the manifest: a finished run leaves no dot-file in O
     digest = write_manifest(out, env["run_id"], installed, failed)
+    if sha256_file_or_none(out / "MANIFEST.json") != digest:
+        raise ResourceError(f"{out}/MANIFEST.json is not the one this run (run id {env['run_id']}) wrote: something "
+                            "else replaced it; no evidence digest is printed for evidence O does not hold")
     print(f"evidence: {out}/MANIFEST.json (run id {env['run_id']})")
     print(f"evidence digest: sha256:{digest}")
+
+
+def sha256_file_or_none(path):
+    try:
+        return resources.sha256_file(path)
+    except OSError:
+        return None
 
 
 def run_experiments(plan, args, modules, imports_s, inputs, options, env, done, routed=None):
@@ -520,7 +715,9 @@ def run_experiments(plan, args, modules, imports_s, inputs, options, env, done, 
         if k == 0:  # the imports happened once, before the first experiment
             stages.stages.append({"name": "imports", "wall_s": round(imports_s, 4), "peak_rss_bytes_at_end": None})
         ctx = context_for(module, args, inputs, options, stages, routed, plan, env)
+        done["running"] = module.NAME       # named by the line an interrupt prints
         code = run_experiment(module, ctx, env)
+        done["running"] = None
         exit_code = max(exit_code, code)
         if code == 0 and plan.mode not in ("shard", "replay"):
             done["installed"].append(module.NAME)
@@ -550,7 +747,17 @@ def run_planned(plan, shard_docs, args, chatter):
     """run_all once the run's plan is made (experiments/launch.py): the checks, the experiments, the evidence."""
     args.as_given = launch.scoring_args(args)   # the shard identity: the arguments before route_data fills defaults
     check_flags(args)
-    launch.on_rank0(plan, check_out, args, EXPERIMENTS)
+    check_names(args)
+    lock = launch.on_rank0(plan, claim_out, args, EXPERIMENTS)
+    try:
+        return run_claimed(plan, shard_docs, args, chatter)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def run_claimed(plan, shard_docs, args, chatter):
+    """run_planned once O is this run's (rank 0 holds its lock): the experiments and the evidence."""
     modules, imports_s = import_experiments(list(dict.fromkeys(args.experiment or EXPERIMENTS)), chatter)
     check_limit(args, modules)
     routed = route_data(args, modules, named=bool(args.experiment))
@@ -562,29 +769,110 @@ def run_planned(plan, shard_docs, args, chatter):
     launch.on_rank0(plan, check_result_caches, args, modules, inputs)
     import torch        # loaded with the experiments (import_experiments, timed); here only to set the threads
 
-    out = launch.on_rank0(plan, setup_out, args, EXPERIMENTS) or Path(args.out)
+    run_id = parallel.broadcast(plan, new_run_id())
+    out = launch.on_rank0(plan, setup_out, args, EXPERIMENTS, run_id) or Path(args.out)
     options = options_of(args)
     torch.set_num_threads(args.threads)  # process-wide: both paths alike (--threads, default config.py)
-    env = parallel.broadcast(plan, {**environment(args.threads), "run_id": new_run_id()})
+    env = parallel.broadcast(plan, {**environment(args.threads), "run_id": run_id})
     configs = {name: context_for(m, args, inputs, options, Stages(), routed).config for name, m in modules.items()}
     identity = launch.check_merge_identity(plan, args, configs, inputs, env, shard_docs)
     if parallel.is_writer(plan):
         chatter.to_file(out / "run.log", " ".join(["run.py", *sys.argv[1:]]) + f" (run id {env['run_id']})")
+    split_notes(args, modules, inputs, routed)
     if args.split == "confirm":
         print("*** CONFIRMATION SPLIT: scoring the 128 held-back items; every output says so ***")
     elif args.split == "all":
         print("*** SPLIT ALL: scoring every row of the validation split in idx order, the held-back confirmation "
               "items included; every output says so ***")
-    done = {"installed": [], "failed": []}
-    started = time.perf_counter()
+    done = {"installed": [], "failed": [], "running": None}
+    started, since = time.perf_counter(), time.time()
+    outcome, interrupted = "stopped by an error (exit 2)", False     # what run.log's closing line says
     try:
         exit_code = run_experiments(plan, args, modules, imports_s, inputs, options, env, done, routed)
+        outcome = f"exit {exit_code}"
         if exit_code == 0 and plan.mode == "shard":
             launch.write_shard_file(plan, out, identity, env)
+            remove_marker(out)          # the shard finished: its directory holds its results, no dot-file
+    except KeyboardInterrupt:
+        outcome, interrupted = "interrupted (SIGINT)", True
     finally:       # also when a ResourceError stops the run: what was installed gets its manifest
+        chatter.log_end(env["run_id"], outcome + ("" if done["installed"] or done["failed"] else
+                                                   "; no evidence installed"))
         env = launch.with_rank_environment(plan, env, started)
         finished = finish_safely(out, env, done, chatter) if parallel.is_writer(plan) else True
+    if interrupted:
+        raise Interrupted(interrupted_state(args, done, inputs, modules, configs, env, since))
     return exit_code if finished else 2
+
+
+# ---- Ctrl-C: one line saying what finished, what the result cache keeps, and how to resume ----------------------
+
+class Interrupted(KeyboardInterrupt):
+    """A KeyboardInterrupt caught once the run's state is known: `state` says what finished and what is cached."""
+
+    def __init__(self, state):
+        super().__init__(state)
+        self.state = state
+
+
+def interrupted_state(args, done, inputs, modules, configs, env, since):
+    """What an interrupted run leaves: the experiments installed, the one that was running, and the forward
+    batches the result cache holds for that experiment's identity (a rerun is served those)."""
+    text = f"installed: {', '.join(done['installed']) or 'no experiment'}"
+    name = done.get("running")
+    if name is None:
+        return text
+    text += f"; {name} was scoring"
+    if args.no_cache:
+        return text + " (--no-cache: nothing of it is kept for a rerun)"
+    path = Path(inputs.cache) / configs[name].get("result_cache_file", result_cache.DEFAULT_FILE)
+    counts = cached_batches(path, identity_facts(inputs, modules[name], configs[name], env), since)
+    if counts is None:
+        return text + f" (its result cache {path} could not be read)"
+    total, scores, new = counts
+    return (text + f"; the result cache holds {total} forward batch(es) ({scores} candidate scores) of its "
+            f"identity, {new} stored by this run, which a rerun is served")
+
+
+def identity_facts(inputs, module, config_, env):
+    """The parts of a result-cache run identity (result_cache.run_identity) that name this run's experiment."""
+    data = inputs.data.get(config_.get(data_key(module))) if data_key(module) else None
+    return {"model_sha256": inputs.model_identity["model_sha256"],
+            "tokenizer_sha256": inputs.model_identity["tokenizer_sha256"],
+            "scoring_config": result_cache.scoring_config(config_), "code_sha256": env["code_sha256"],
+            "scorer": "independent-parity", **({"data_content_sha256": data.content_sha256} if data else {})}
+
+
+def cached_batches(path, facts, since):
+    """(forward batches, candidate scores, batches stored since `since`) the result cache holds under every run
+    identity that has `facts`, read-only; None when it cannot be read (absent: zeros)."""
+    if not Path(path).exists():
+        return 0, 0, 0
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        try:
+            shas = [sha for sha, ident in db.execute("SELECT run_sha, identity FROM runs")
+                    if all(json.loads(ident).get(k) == v for k, v in facts.items())]
+            if not shas:
+                return 0, 0, 0
+            marks = ",".join("?" * len(shas))
+            total, scores, new = db.execute(
+                f"SELECT count(*), coalesce(sum(json_array_length(value)), 0), coalesce(sum(created >= ?), 0) "
+                f"FROM results WHERE run_sha IN ({marks})", (since, *shas)).fetchone()
+            return total, scores, new
+        finally:
+            db.close()
+    except (sqlite3.Error, ValueError, OSError):
+        return None
+
+
+def resume_command(args, argv):
+    """The command that resumes an interrupted run: the same one, plus --replace when O now holds evidence (what
+    finished got its manifest), which moves it aside; the result cache serves what was scored."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if Path(args.out).is_dir() and evidence_entries(Path(args.out), EXPERIMENTS) and "--replace" not in given:
+        given.append("--replace")
+    return shlex.join([sys.executable, sys.argv[0] if argv is None else __file__, *given])
 
 
 def check_numerics(args, modules):
@@ -602,10 +890,14 @@ def check_numerics(args, modules):
 
 
 def finish_safely(out, env, done, chatter):
-    """finish(); False (after one error line) when the disk refuses the run's last files."""
+    """finish(); False (after one error line) when the disk refuses the run's last files or O no longer holds the
+    manifest this run wrote."""
     try:
         finish(out, env, done["installed"], done["failed"], chatter)
         return True
+    except ResourceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return False
     except OSError as e:
         print(f"error: {out}: the run's last files (environment.json, report.html, MANIFEST.json) could not be "
               f"written ({e.strerror or e}); the evidence of this run is incomplete", file=sys.stderr)
@@ -616,7 +908,12 @@ def main(argv=None):
     args = parse_args(argv)
     chatter = LibraryChatter(verbose=args.verbose)
     try:
+        check_merge_flags(args, argv)
         return run_all(args, chatter)
+    except KeyboardInterrupt as e:      # Ctrl-C: one line, not the traceback of whatever was running
+        state = e.state if isinstance(e, Interrupted) else "installed: no experiment"
+        print(f"\ninterrupted: {state}; resume with: {resume_command(args, argv)}", file=sys.stderr)
+        return 130
     except ResourceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -9,9 +9,9 @@
                                                    # directory (evidence_audit/lmeval/: its levels and flags)
 
 Options: --cache C (prepared cache; default: two levels above config.json's model.dir), --experiment NAME (audit
-only NAME; repeatable), --report PATH (default O/audit.json, or O/audit.mutations.json with --mutations), --threads
-N (torch threads for --forward, default 1), --strict (a requested check that had to be skipped exits 1),
---public-only (the reader holds published evidence without O/private/, and says so).
+only NAME; repeatable; an unknown name is a usage error, exit 2), --report PATH (default: cli.py's docstring says
+where each kind of audit writes), --threads N (torch threads for --forward, default 1), --strict (kept for old
+scripts: a requested check that had to be skipped always gives INCOMPLETE, exit 1), --public-only (the reader holds published evidence without O/private/, and says so).
 The report on stdout has one line per check group; the JSON report holds every check and every failure message.
 
 Levels (each reported separately, per experiment and per check group, with the number of items checked):
@@ -62,11 +62,12 @@ exist, the config sections each declares, and the name of each one's rule, which
 evidence_audit.rules. The arithmetic level uses only the standard
 library; torch, tokenizers, safetensors and pyarrow are imported inside the deeper levels only.
 
-Exit codes: 0 every claim recomputes; 1 a check failed (the message names the item idx and the field); 2 the
-evidence is unreadable (missing O, unparseable or non-strict JSON: the message names the file and line; no report
-is written). With --strict, a requested check that had to be skipped also exits 1. When MANIFEST.json lists private
-evidence and O/private/ is absent, the verdict is "INCOMPLETE: O/private/ absent ...", exit 1, never a bare PASS;
-with --public-only it is "PASS (public evidence only; identity and forward levels not run)".
+Exit codes: 0 every claim recomputes; 1 a check failed (the message names the item idx and the field), or a
+requested check could not run here (INCOMPLETE); 2 the evidence is unreadable (missing O, unparseable or non-strict
+JSON: the message names the file and line; no report is written) or the command line is wrong. The experiments a
+run must have written come from the command line environment.json records (not from MANIFEST.json), each with its
+public files (a whitelist) and its private half: when O/private/ is absent the verdict is "INCOMPLETE: O/private/
+absent ...", exit 1, never a bare PASS, whatever the manifest lists; with --public-only it is "PASS (public evidence only; identity and forward levels not run)".
 
 Strict reading (every evidence file, the manifest, report.html's data-value, review sheets): strict UTF-8 (no BOM,
 no lone surrogates, not even from \\u escapes), no duplicate key, no NaN/Infinity or overflowing number, integers of

@@ -134,6 +134,8 @@ def print_report(report, stream=sys.stdout, levels_say=LEVELS_SAY):
         p(line)
     p(levels_say)
     verdict = report.get("result") or ("PASS" if report["exit_code"] == 0 else "FAIL")
+    if report.get("headline_note"):
+        verdict += f" ({report['headline_note'].upper()})"
     p(f"RESULT: {verdict}: {report['n_pass']} passed, {report['n_fail']} failed, {report['n_skipped']} skipped "
       f"({report['n_skipped_requested']} of them requested but impossible here) -> exit {report['exit_code']}")
 

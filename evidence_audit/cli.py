@@ -1,10 +1,22 @@
 """audit.py's command line: parse the flags, run the audit or the mutation self-test, print and write the report.
-Exit codes: 0 every claim recomputes, 1 a check failed, 2 the evidence is unreadable (no report is written)."""
+Exit codes: 0 every claim recomputes, 1 a check failed or a requested check could not run (INCOMPLETE), 2 the
+evidence is unreadable or the command line is wrong (no report is written).
+
+Where the JSON report goes (unless --report PATH): O/audit.json holds the audit of every experiment; an audit of
+some (--experiment) goes to O/audit.<name>[+<name>...].json and never replaces it. An audit of every experiment at
+lower levels than the O/audit.json already there (its "levels", read only to choose the file name) goes to
+O/audit.<deepest level>.json and keeps it, unless it FAILs: every deeper audit runs the lower levels' checks too,
+so a lower-level FAIL shows the deeper report stale and replaces it. audit.json is an output, never evidence: the
+audit never reads it for a verdict, report.py never reads it, and any audit.*.json is outside the manifest's files.
+"""
 import argparse
+import difflib
+import json
 import sys
 from pathlib import Path
 
 import evidence_audit
+import registry
 from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, AuditOptions, print_report, write_report
 from evidence_audit.driver import audit
 from evidence_audit.lmeval.command import lmeval_args, lmeval_main
@@ -24,11 +36,16 @@ def parse_args(argv):
     ap.add_argument("--experiment", action="append",
                     help="audit only this experiment (repeatable); the others are reported as not selected")
     ap.add_argument("--mutations", action="store_true", help="mutation self-test on temporary copies of OUT")
+    ap.add_argument("--table-md", type=Path, metavar="FILE",
+                    help="with --mutations: also write the self-test's markdown table (kind, level, caught raw by, "
+                         "caught resealed by) to FILE")
     ap.add_argument("--report", type=Path,
                     help="where to write the JSON report (default: OUT/audit.json, OUT/audit.mutations.json)")
     ap.add_argument("--threads", type=int, default=AuditOptions().threads,
                     help="torch threads for --forward (default: %(default)s)")
-    ap.add_argument("--strict", action="store_true", help="a requested level that had to be skipped exits 1")
+    ap.add_argument("--strict", action="store_true",
+                    help="kept for old scripts: a requested check that had to be skipped now always gives INCOMPLETE, "
+                         "exit 1")
     ap.add_argument("--public-only", action="store_true",
                     help="audit published evidence without O/private/ (the manifest lists it): the headline says "
                          "PASS (public evidence only; ...) instead of INCOMPLETE, exit 1")
@@ -37,8 +54,13 @@ def parse_args(argv):
                          "partly blank sheet is refused with the list of missing fields")
     lmeval_args(ap)
     args = ap.parse_args(argv)
-    if (args.out is None) == (args.lm_eval is None):
+    if args.out is None and args.lm_eval is None:
+        ap.error("nothing to audit: give the evidence directory run.py wrote (python audit.py OUT, e.g. "
+                 "python audit.py smoke) or an lm-eval output directory (python audit.py --lm-eval RUN_DIR)")
+    if args.out is not None and args.lm_eval is not None:
         ap.error("give either OUT (run.py evidence) or --lm-eval RUN_DIR (an lm-eval output path), not both")
+    if args.table_md is not None and not args.mutations:
+        ap.error("--table-md writes the mutation self-test's table: it needs --mutations")
     return args
 
 
@@ -50,10 +72,15 @@ def main(argv=None):
         print("error: --public-only audits without O/private/: it cannot run --tokens, --forward or --mutations",
               file=sys.stderr)
         return 2
+    unknown = [n for n in args.experiment or [] if n not in registry.NAMES]
+    if unknown:
+        print(f"error: --experiment {unknown[0]}: no such experiment; known experiments: "
+              f"{', '.join(closest_first(unknown[0], registry.NAMES))}", file=sys.stderr)
+        return 2
     options = AuditOptions(threads=args.threads, review_sheet=args.review)
     try:
         if args.mutations:
-            report = mutation_selftest(args.out, args.cache, options=options)
+            report = mutation_selftest(args.out, args.cache, options=options, table_md=args.table_md)
             default_report = args.out / "audit.mutations.json"
         else:
             levels = (ARITHMETIC,) + ((IDENTITY,) if args.tokens or args.forward else ()) \
@@ -65,7 +92,8 @@ def main(argv=None):
             print_report(report)
             if args.review is not None:
                 extraction.ext_print_review(report, args.review)
-            default_report = args.out / "audit.json"
+            default_report = report_path(args.out, levels, args.experiment, report["result"])
+            say_earlier_reports(args.out, args.report or default_report)
     except Unreadable as e:
         print(f"error: unreadable evidence: {e}", file=sys.stderr)
         return 2
@@ -78,3 +106,41 @@ def main(argv=None):
         return report["exit_code"]
     print(f"report: {path}")
     return report["exit_code"]
+
+
+def closest_first(name, known):
+    """The known names, the closest to `name` first (difflib's ratio), then the rest in their declared order."""
+    return sorted(known, key=lambda k: -difflib.SequenceMatcher(None, name, k).ratio())
+
+
+LEVEL_ORDER = (ARITHMETIC, IDENTITY, FORWARD)
+
+
+def earlier_levels(path):
+    """The levels an earlier audit report at `path` records, or () when it is absent or not such a report (it is
+    read only to choose where this report goes, never as evidence)."""
+    try:
+        if not path.is_file() or path.stat().st_size > (64 << 20):
+            return ()
+        levels = json.loads(path.read_text(encoding="utf-8")).get("levels")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return ()
+    return tuple(lv for lv in levels if lv in LEVEL_ORDER) if isinstance(levels, list) else ()
+
+
+def report_path(out, levels, only, result):
+    """Where this audit's JSON report goes (the module docstring says why)."""
+    if only:
+        return out / f"audit.{'+'.join(sorted(set(only)))}.json"
+    deepest = lambda lv: max((LEVEL_ORDER.index(x) for x in lv), default=-1)     # noqa: E731
+    if result != "FAIL" and deepest(earlier_levels(out / "audit.json")) > deepest(levels):
+        return out / f"audit.{LEVEL_ORDER[deepest(levels)]}.json"
+    return out / "audit.json"
+
+
+def say_earlier_reports(out, path):
+    """One line for an audit report already in O: an output of audit.py, not evidence, ignored by this audit."""
+    earlier = out / "audit.json"
+    if earlier.is_file():
+        fate = "replaced by this report" if Path(path) == earlier else f"kept (this report: {Path(path).name})"
+        print(f"note: {earlier}: an earlier audit's output, not evidence: ignored by this audit; {fate}")

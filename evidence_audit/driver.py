@@ -1,10 +1,17 @@
-"""Audit one evidence directory: find its experiments, run each one's rule, collect the report dict."""
+"""Audit one evidence directory: find its experiments, run each one's rule, collect the report dict; and what the
+run must have written (its experiments, their private halves, no public file without a rule, no private text in the
+public part, the per-rank facts), derived from the evidence and run.py's rules, never from MANIFEST.json."""
+import hashlib
+import json
+import re
 from pathlib import Path
 
-from evidence_audit.checks import ARITHMETIC, Checks
-from evidence_audit.manifest import manifest_check
-from evidence_audit.reading import Unreadable, check_formats
-from evidence_audit.report_page import report_html_check
+import registry
+from evidence_audit.checks import ARITHMETIC, IDENTITY, Checks, short
+from evidence_audit.definitions import is_int, is_num
+from evidence_audit.manifest import is_audit_output, is_run_id, manifest_check, walk
+from evidence_audit.reading import Unreadable, check_formats, read_json, sha256_file
+from evidence_audit.report_page import page_rebuild_check, report_html_check
 from evidence_audit.rules import RULES
 
 AUDIT_FORMAT = 1
@@ -12,7 +19,9 @@ AUDIT_FORMAT = 1
 
 def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, options=None):
     """Audit every experiment directory under `out` (or those named in `only`; the rest are reported as SKIPPED):
-    the manifest level first (MANIFEST.json against the files), then each experiment's rule, then report.html.
+    the manifest level first (MANIFEST.json against the files), then each experiment's rule, then report.html,
+    then what O must hold whatever the manifest says (completeness_checks; O/private/ absent while experiments are
+    present makes the headline INCOMPLETE, whatever MANIFEST.json's "private" lists).
     `public_only`: the reader holds published evidence without O/private/ and says so (see headline).
     `options`: checks.AuditOptions (--threads, --review), handed to the rules as C.options.
     Returns the report dict; raises Unreadable (exit 2)."""
@@ -41,7 +50,12 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
         else:
             info[name] = RULES[name](C, name, out, levels, cache)
     report_html_check(C, out, sealed["run_id"], sealed["manifest"])
+    if IDENTITY in levels and not only:
+        page_rebuild_check(C, out)
     stray_evidence(C, out, experiments, only)
+    completeness_checks(C, out, experiments)
+    if not (out / "private").exists():      # what the experiments present write, not only what the manifest lists
+        sealed["private_absent"] = sorted(set(sealed["private_absent"]) | set(experiments))
     if public_only and sealed["private_absent"]:      # the reader said so: a check needing O/private/ was not asked
         for r in C.rows:
             if r["status"] == "SKIPPED" and "private" in r["note"]:
@@ -59,19 +73,28 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
 
 def headline(report):
     """The verdict line's word (report["result"]) and the exit code. A PASS must not hide evidence that was not
-    checked, so private evidence that the manifest lists but O/private/ lacks never gives a bare PASS — INCOMPLETE,
-    exit 1, unless the reader passed --public-only, which gives "PASS (public evidence only; ...)"."""
+    checked: private evidence that O/private/ lacks (every experiment present writes some; the manifest's list is
+    not trusted for it) never gives a bare PASS — INCOMPLETE, exit 1, unless the reader passed --public-only, which
+    gives "PASS (public evidence only; ...)"; nor does a check the user asked for that could not run here (a level
+    whose tokenizer, data or model was not found) — INCOMPLETE, exit 1, naming how many."""
     absent = report["private_absent"]
     if report["exit_code"] != 0:
         report["result"] = "FAIL"
     elif absent and not report["public_only"]:
         report["exit_code"] = 1
-        report["result"] = (f"INCOMPLETE: O/private/ absent (MANIFEST.json lists private evidence of "
-                            f"{', '.join(absent)}); pass --public-only to audit published evidence without it")
+        report["result"] = (f"INCOMPLETE: O/private/ absent (the private evidence of {', '.join(absent)}); pass "
+                            "--public-only to audit published evidence without it")
+    elif report["n_skipped_requested"]:
+        report["exit_code"] = 1
+        report["result"] = (f"INCOMPLETE: {report['n_skipped_requested']} requested check(s) could not run here "
+                            "(SKIPPED above, with the reason: e.g. pass --cache with the prepared cache)")
     elif absent:
         report["result"] = "PASS (public evidence only; identity and forward levels not run)"
     else:
         report["result"] = "PASS"
+    task_set = ((report.get("details") or {}).get("harness") or {}).get("task_set")
+    if isinstance(task_set, str) and not task_set.startswith("the shipped fixtures"):
+        report["headline_note"] = f"harness on {task_set}"     # on the RESULT line, where a reader looks first
     return report
 
 
@@ -92,3 +115,308 @@ def stray_evidence(C, out, experiments, only):
         if selected(name):
             C.add(name, ARITHMETIC, "run outcome", 0,
                   [f"{failed.name}: run.py recorded a failed run of this experiment (see that file)"])
+
+
+# ---- what the run must have written, derived from the evidence, never from MANIFEST.json ------------------------
+# A forger who deletes an experiment (or O/private, or adds a file) and reseals MANIFEST.json passes the manifest
+# level by construction; these rows rest on what run.py writes, written again here, and on the command line that
+# environment.json records. Only the evidence digest cited beside the commit ties O to the run that made it: a
+# forger who also rewrites the recorded command line makes O consistent again.
+
+# run.py's flags (run.parse_args), written again: those that take a value, and --merge, which takes one or more
+RUN_VALUE_FLAGS = ("--cache", "--out", "--experiment", "--split", "--data", "--model", "--device", "--threads",
+                   "--dtype", "--limit", "--shard", "--join-timeout")
+RUN_SWITCHES = ("--smoke", "--no-sort-samples", "--fast", "--no-cache", "--allow-partial-groups", "--replace",
+                "--verbose", "--help")
+RUN_FLAGS = RUN_VALUE_FLAGS + RUN_SWITCHES + ("--merge",)
+MAX_ARGS = 10_000       # a command line is untrusted bytes too
+
+# the public files of O/<experiment>/ (run.py's write_evidence: the five of every experiment, plus the extras an
+# experiment's Result.public names) and the top-level files of O; anything else in the public part has no rule
+PUBLIC_FILES = ("config.json", "identity.json", "records.jsonl", "summary.json", "stages.json")
+PUBLIC_EXTRAS = {"harness": ("leaderboard.json",)}
+TOP_FILES = ("MANIFEST.json", "environment.json", "report.html", "run.log")
+TOP_OF_EXPERIMENT = {"extraction": ("extraction.preregistration.json",)}    # written into O before the model loads
+# the private files every experiment run.py installs (run.json ties the private half to the public one by the run id),
+# and the text file each experiment's Result.private names
+PRIVATE_FILES = {"protocol": ("texts.jsonl",), "options": ("texts.jsonl",), "mctaco": ("texts.jsonl",),
+                 "extraction": ("generations.jsonl",), "harness": ("leaderboard.json",)}
+MIN_TEXT = 20           # shorter private strings (an answer, a label) may appear in public files legitimately
+MAX_SCAN_BYTES = 256 * 1024 * 1024      # the private-text scan reads at most this much of the public part
+
+
+def canonical_flag(arg):
+    """The run.py flag `arg` names ("--exp" is argparse's unique prefix of "--experiment"), or None."""
+    if arg in RUN_FLAGS:
+        return arg
+    hits = [f for f in RUN_FLAGS if f.startswith(arg)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def experiments_of_command(argv):
+    """(the experiments run.py ran, in run order, or None; why not, or None) for a recorded sys.argv: each
+    --experiment (repeatable), or every experiment registry.py declares when none is given. A --merge takes its
+    experiments from the shards' own command lines, which O does not hold; a --shard writes no evidence."""
+    if not (isinstance(argv, list) and 1 <= len(argv) <= MAX_ARGS and all(isinstance(a, str) for a in argv)):
+        return None, f"environment.json command_line: {short(argv, 80)} is not a list of strings"
+    if Path(argv[0]).name != "run.py":
+        return None, f"environment.json command_line: {short(argv[0], 80)} is not run.py"
+    named, merge, k = [], False, 1
+    while k < len(argv):
+        arg, k = argv[k], k + 1
+        flag, eq, value = arg.partition("=")
+        flag = canonical_flag(flag) if flag.startswith("--") else None
+        if flag is None:
+            return None, f"environment.json command_line: {short(arg, 60)} is not a flag run.py takes"
+        if flag == "--merge":
+            merge = True
+            while k < len(argv) and not argv[k].startswith("-"):
+                k += 1
+        elif flag in RUN_VALUE_FLAGS and not eq:
+            if k >= len(argv):
+                return None, f"environment.json command_line: {flag} without its value"
+            value, k = argv[k], k + 1
+        if flag == "--experiment":
+            if value not in registry.NAMES:
+                return None, f"environment.json command_line: --experiment {short(value, 40)} is not declared"
+            named.append(value)
+        if flag == "--shard":
+            return None, "environment.json command_line: a --shard run writes SHARD.json, not evidence"
+    if merge:
+        return None, ("a --merge: its experiments come from the shards' command lines, which O does not record "
+                      "(only the experiments present were checked against registry.py)")
+    return list(dict.fromkeys(named or registry.NAMES)), None
+
+
+def ran_check(C, out, experiments):
+    """Row "experiments the recorded command ran": every experiment environment.json's command_line ran has its
+    directory or its FAILED.json, and no other experiment is in O."""
+    check = "experiments the recorded command ran (environment.json command_line, not MANIFEST.json)"
+    env = read_json(out / "environment.json") if (out / "environment.json").is_file() else None
+    failed = sorted(p.name[:-len(".FAILED.json")] for p in out.glob("*.FAILED.json"))
+    if not isinstance(env, dict):
+        C.add("-", ARITHMETIC, check, 0, ["environment.json: missing or not an object; it records the command that "
+                                          "ran, the only record of which experiments O must hold"])
+        return
+    if "command_line" not in env:
+        # not FAIL: deleting the line gives a forger no more than rewriting it would (only the cited evidence digest
+        # ties O to its run), and evidence made by hand for the tests has none
+        C.skip("-", ARITHMETIC, check, "environment.json records no command_line (run.py records sys.argv there): "
+               "which experiments O must hold is NOT checked", requested=False)
+        return
+    ran, why_not = experiments_of_command(env["command_line"])
+    if ran is None and why_not.startswith("a --merge"):
+        bad = [f"{n}/: not an experiment registry.py declares" for n in experiments if n not in registry.NAMES]
+        C.add("-", ARITHMETIC, check, len(experiments), bad, note=why_not)
+        return
+    if ran is None:
+        C.add("-", ARITHMETIC, check, 0, [why_not])
+        return
+    bad = [f"{n}/: the recorded command ran {n}, but O holds neither {n}/ nor {n}.FAILED.json (deleted after the "
+           "run, or the run stopped before installing it)" for n in ran if n not in experiments and n not in failed]
+    bad += [f"{n}/: the recorded command did not run {n} (command line: {short(' '.join(env['command_line']), 100)})"
+            for n in sorted(set(experiments) | set(failed)) if n not in ran]
+    C.add("-", ARITHMETIC, check, len(ran), bad, note="run: " + ", ".join(ran))
+
+
+def expected_private(experiments):
+    """{experiment: [paths under O/private/<experiment>/ it must hold]}: run.json for every experiment, and the
+    text file each known experiment writes."""
+    return {n: ["run.json", *PRIVATE_FILES.get(n, ())] for n in experiments}
+
+
+def private_presence_check(C, out, experiments):
+    """Row "private evidence each experiment writes": with O/private/ present, every experiment present has its
+    private files (what run.py writes, not what MANIFEST.json lists). O/private/ absent is the headline's
+    INCOMPLETE (see headline)."""
+    check = "private evidence each experiment writes (not what MANIFEST.json lists)"
+    want = expected_private(experiments)
+    if not (out / "private").is_dir():
+        C.skip("-", ARITHMETIC, check, "O/private/ absent", requested=False)
+        return
+    bad = [f"private/{n}/{rel}: missing (run.py writes it for every {n} run)" for n, rels in want.items()
+           for rel in rels if not (out / "private" / n / rel).is_file()]
+    C.add("-", ARITHMETIC, check, sum(map(len, want.values())), bad)
+
+
+def public_rule_problems(out, experiments):
+    """Every file of the public part of O is one run.py writes for the experiments present (or an audit output),
+    every directory an experiment's."""
+    allowed = set(TOP_FILES)
+    allowed |= {f"{n}.FAILED.json" for n in registry.NAMES}
+    failed = [p.name[:-len(".FAILED.json")] for p in out.glob("*.FAILED.json")]
+    for n in experiments:
+        allowed |= {f"{n}/{f}" for f in PUBLIC_FILES + PUBLIC_EXTRAS.get(n, ())}
+    for n in [*experiments, *failed]:      # a pre-registration is written before the model loads, so before a failure
+        allowed |= set(TOP_OF_EXPERIMENT.get(n, ()))
+    files, dirs, _ = walk(out)
+    public = [f for f in files if not f.startswith("private/")]
+    bad = [f"{rel}: a public file no rule knows (run.py writes {', '.join(PUBLIC_FILES)} per experiment, "
+           f"and {', '.join(TOP_FILES)} in O)" for rel in public if rel not in allowed and not is_audit_output(rel)]
+    bad += [f"{d}/: a directory that is not an experiment's" for d in dirs
+            if d != "private" and not d.startswith("private/") and d not in experiments]
+    return bad, len(public)
+
+
+def public_rule_check(C, out, experiments):
+    bad, n = public_rule_problems(out, experiments)
+    C.add("-", ARITHMETIC, "public files run.py writes (a rule for each, not what MANIFEST.json lists)", n, bad)
+
+
+def private_texts(root):
+    """({sha256: private path}, {string: private path}): every private file's hash, and every string of at least
+    MIN_TEXT characters in the private JSON/JSONL files (texts, prompts, generations, task files). Lines that are
+    not JSON (a task file's comments) are passed over: the manifest level, not this row, vouches for these files."""
+    hashes, strings, budget = {}, {}, MAX_SCAN_BYTES
+    files, _, _ = walk(root)
+    for rel in files:
+        p = root / rel
+        hashes[sha256_file(p, cached=False)] = f"private/{rel}"
+        if not rel.endswith((".jsonl", ".json")) or p.stat().st_size > budget:
+            continue
+        data = p.read_bytes()
+        budget -= len(data)
+        lines = data.decode("utf-8", errors="replace").splitlines() if rel.endswith(".jsonl") else [data]
+        for s in (s for line in lines for s in strings_in(lenient_json(line))):
+            strings.setdefault(s, f"private/{rel}")
+    return hashes, strings
+
+
+def lenient_json(text):
+    """The parsed value of `text`, or None when it is not JSON (or nested past Python's recursion limit)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def strings_in(obj, inside=False):
+    """Every string of at least MIN_TEXT characters held under one of TEXT_KEYS in a parsed JSON value (at any
+    depth), iteratively. Outputs (generations, predictions) and settings (a model name) are left out: a short
+    generation may equal a public example of the answer format, and is no text of the data."""
+    stack, found = [(obj, inside)], []
+    while stack:
+        v, text = stack.pop()
+        if isinstance(v, str):
+            if text and len(v) >= MIN_TEXT and not SHA_LIKE.fullmatch(v):
+                found.append(v)
+        elif isinstance(v, dict):
+            stack.extend((x, text or k in TEXT_KEYS) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((x, text) for x in v)
+    return found
+
+
+# the private fields that hold the data's texts and the prompts built from them (texts.jsonl, generations.jsonl,
+# a harness task file)
+TEXT_KEYS = ("sentence", "prompt", "prompts", "question", "answer", "user_message")
+SHA_LIKE = re.compile(r"[0-9a-f]{32,64}")       # hashes and run ids are shared by both halves on purpose
+
+
+def private_leak_check(C, out):
+    """Row "no private text in the public part": no public file is a copy of a private file, and none holds a
+    private string (raw or JSON-escaped). Needs O/private/."""
+    check = "no private text in the public part (file hashes and strings of O/private/)"
+    if not (out / "private").is_dir():
+        C.skip("-", ARITHMETIC, check, "O/private/ absent: nothing to compare the public files with",
+               requested=False)
+        return
+    hashes, strings = private_texts(out / "private")
+    anchors = {}        # a needle's first MIN_TEXT characters -> [(needle, private file)]: one pass per public file
+    for s, where in strings.items():
+        for needle in dict.fromkeys((s, json.dumps(s, ensure_ascii=True)[1:-1])):
+            anchors.setdefault(needle[:MIN_TEXT], []).append((needle, where))
+    files, _, _ = walk(out)
+    public = [f for f in files if not f.startswith("private/")]
+    bad, budget = [], MAX_SCAN_BYTES
+    for rel in public:
+        data = (out / rel).read_bytes() if (out / rel).stat().st_size <= budget else None
+        if data is None:
+            bad.append(f"{rel}: not scanned (the public part exceeds {MAX_SCAN_BYTES} bytes)")
+            continue
+        budget -= len(data)
+        digest = hashlib.sha256(data).hexdigest()
+        if digest in hashes:
+            bad.append(f"{rel}: a copy of {hashes[digest]} (private texts are never published)")
+            continue
+        hit = first_needle(data.decode("utf-8", errors="replace"), anchors)
+        if hit:
+            bad.append(f"{rel}: holds a text of {hit} (private texts are never published)")
+    C.add("-", ARITHMETIC, check, len(public), bad, note=f"{len(strings)} private strings, {len(hashes)} files")
+
+
+DP_MODES = {"distributed": ("rank", "host", "pid", "wall_s", "peak_rss_bytes"),
+            "replay": ("shard", "run_id", "host", "cpu", "peak_rss_bytes")}
+
+
+def rank_problems(k, mode, r):
+    """One entry of environment.json data_parallel.ranks (launch.with_rank_environment, written again): its fields,
+    its place (rank k, or shard k + 1), a non-negative wall time and peak RSS."""
+    where = f"environment.json data_parallel.ranks[{k}]"
+    if not isinstance(r, dict) or set(r) != set(DP_MODES[mode]):
+        return [f"{where}: expected the fields {', '.join(DP_MODES[mode])}, found {short(r, 80)}"]
+    bad = []
+    place, want = ("rank", k) if mode == "distributed" else ("shard", k + 1)
+    if not (is_int(r[place]) and r[place] == want):
+        bad.append(f"{where} {place}: {short(r[place])}, expected {want}")
+    if "wall_s" in r and not (is_num(r["wall_s"]) and r["wall_s"] >= 0):
+        bad.append(f"{where} wall_s: {short(r['wall_s'])} is not a non-negative number of seconds")
+    rss = r["peak_rss_bytes"]
+    if not ((is_int(rss) and rss >= 0) or (rss is None and mode == "replay")):
+        bad.append(f"{where} peak_rss_bytes: {short(rss)} is not a non-negative integer")
+    if "run_id" in r and not is_run_id(r["run_id"]):
+        bad.append(f"{where} run_id: {short(r['run_id'])} is not a run id")
+    return bad
+
+
+def environment_ranks_problems(out, env, experiments):
+    """environment.json "data_parallel" (absent in one process): a known mode, world_size >= 2 with one valid
+    entry per rank, and the world size every experiment's stages.json data_parallel states."""
+    dp = env.get("data_parallel")
+    if dp is None:
+        bad = []
+        world = None
+    elif not (isinstance(dp, dict) and dp.get("mode") in DP_MODES):
+        return [f"environment.json data_parallel: {short(dp, 80)} is not a distributed run's or a merge's"]
+    else:
+        world, ranks = dp.get("world_size"), dp.get("ranks")
+        if not (is_int(world) and world >= 2 and isinstance(ranks, list) and len(ranks) == world):
+            return [f"environment.json data_parallel: expected world_size >= 2 and one entry per rank, found "
+                    f"{short(world)} and {short(ranks, 80)}"]
+        bad = [f for k, r in enumerate(ranks) for f in rank_problems(k, dp["mode"], r)]
+    for name in experiments:
+        stages = read_json(out / name / "stages.json") if (out / name / "stages.json").is_file() else None
+        sdp = stages.get("data_parallel") if isinstance(stages, dict) else None
+        got = sdp.get("world_size") if isinstance(sdp, dict) else None
+        if got != world:
+            bad.append(f"{name}/stages.json data_parallel world_size: {short(got)}, environment.json says "
+                       f"{short(world)}")
+    return bad
+
+
+def first_needle(text, anchors):
+    """The private file of the first needle found in `text` (anchors: see private_leak_check), or None."""
+    for i in range(len(text) - MIN_TEXT + 1):
+        for needle, where in anchors.get(text[i:i + MIN_TEXT], ()):
+            if text.startswith(needle, i):
+                return where
+    return None
+
+
+def environment_ranks_check(C, out, experiments):
+    env = read_json(out / "environment.json") if (out / "environment.json").is_file() else None
+    if not isinstance(env, dict):
+        C.skip("-", ARITHMETIC, "environment.json data_parallel (ranks, wall time, peak RSS)",
+               "environment.json missing (named under 'required files')", requested=False)
+        return
+    C.add("-", ARITHMETIC, "environment.json data_parallel (ranks, wall time, peak RSS)", len(experiments) + 1,
+          environment_ranks_problems(out, env, experiments))
+
+
+def completeness_checks(C, out, experiments):
+    """Every row that says what O must hold, without MANIFEST.json."""
+    ran_check(C, out, experiments)
+    private_presence_check(C, out, experiments)
+    public_rule_check(C, out, experiments)
+    private_leak_check(C, out)
+    environment_ranks_check(C, out, experiments)

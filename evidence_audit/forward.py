@@ -1,22 +1,44 @@
-"""The forward level: audit.py's own float32 Llama forward pass (torch + safetensors only), and the check that
-recomputes every candidate score of a multiple-choice record with it.
+"""The forward level: every candidate score of a multiple-choice record recomputed from the model's weights, in
+the dtype the evidence was scored in, and compared with both recorded paths.
 
-A minimal Llama written from the architecture's definition: token embedding; per layer x += attn(rmsnorm(x)),
-x += mlp(rmsnorm(x)); final rmsnorm; logits = x @ embed^T (tied). Rotary embeddings use the half-rotation layout
-(the two halves of each head dimension form the pairs), as Hugging Face's Llama does.
+Two implementations, named in every row:
+- audit.py's own Llama (torch + safetensors only), written from the architecture's definition: token embedding;
+  per layer x += attn(rmsnorm(x)), x += mlp(rmsnorm(x)); final rmsnorm; logits = x @ head^T. Rotary embeddings use
+  the half-rotation layout, as Hugging Face's Llama does. In bfloat16 / float16 it rounds where Hugging Face's
+  Llama rounds (own_llama_batch), and its logits for a padded batch equal transformers' bit for bit
+  (tests/test_forward_dtypes.py, tiny model; the real model in the figures under TOLERANCE).
+- any other architecture (GPT-2, Qwen2, Mistral, Gemma, Phi-3, GPT-NeoX, ...): transformers' own class for it,
+  loaded from safetensors with eager attention and no custom code. That re-runs the runner's implementation, so it
+  catches scores that are not what that implementation gives for these weights and ids, not a bug it shares.
+
+Modes: float32 evidence of a model the own Llama covers is re-scored one unpadded sequence per pass (tolerance
+1e-4 for the padded batches the paths ran); everything else in lm-eval's batches at the evidence's
+official_batch_size, in its dtype, so equality can be expected; bfloat16 / float16 also in float32 beside it, as a
+figure (how far the dtype moved the scores and predictions), not a check.
 """
 import math
 import time
 from pathlib import Path
 
-from evidence_audit.checks import FORWARD, MISSING, expect, get
+from evidence_audit.checks import FORWARD, MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first
 from evidence_audit.model_files import is_local, rehash_problems
 from evidence_audit.reading import read_json, sha256_file
 
-FORWARD_TOL = 1e-4          # max |recomputed - recorded| per candidate score (nats) for the forward level to pass
+# max |recomputed - recorded| per candidate score (nats) for the forward level to pass, per scored dtype. A flipped
+# prediction or is_greedy fails whatever the difference. float32: the own pass one unpadded sequence at a time
+# against scores from padded batches. bfloat16 / float16: re-scored in lm-eval's batches in that dtype, where the
+# own Llama equals transformers' bit for bit (tests/test_forward_dtypes.py; on SmolLM2-135M a padded [3, 24] batch
+# gave equal log-probabilities in bfloat16), so on the kernels the run used the difference is 0. The tolerance is
+# for an audit whose CPU picks other kernels: measured by changing the kernel path on purpose (the same 32 SST-2
+# candidate scores of SmolLM2-135M in one padded batch of 16 vs one unpadded sequence per pass, 1 thread, AMD EPYC,
+# 2026-12-02): bfloat16 max 0.375, p99 0.375, median 0.094 (2 of 16 predictions flipped); float16 max 0 there, and 0.06
+# in ARCHITECTURE.md's measurement of a row alone vs in a padded batch. Each tolerance is twice the largest seen.
+TOLERANCE = {"float32": 1e-4, "bfloat16": 0.75, "float16": 0.12}
+FORWARD_TOL = TOLERANCE["float32"]   # the float32 figure, which the other forward checks (extraction, lm-eval) use
 
 _MODELS = {}
+_WEIGHTS = {}  # (model key, dtype) -> the weights cast to that dtype
 _SCORES = {}  # (model key, input ids) -> log-softmax rows; a forward pass is a pure function of weights and ids
 
 
@@ -40,13 +62,9 @@ def load_llama(model_dir):
     path = Path(model_dir) / "model.safetensors"
     key = (str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns)
     if key not in _MODELS:
-        hp = read_json(Path(model_dir) / "config.json")
-        unsupported = [f"{k}={hp.get(k)!r}" for k, ok in (
-            ("model_type", hp.get("model_type") == "llama"), ("rope_scaling", hp.get("rope_scaling") is None),
-            ("hidden_act", hp.get("hidden_act") == "silu"), ("attention_bias", not hp.get("attention_bias")),
-            ("mlp_bias", not hp.get("mlp_bias"))) if not ok]
-        if unsupported:
-            return None, f"audit.py's forward pass supports plain Llama only; this model has {', '.join(unsupported)}"
+        hp, why = read_json(Path(model_dir) / "config.json"), supports_own(model_dir)
+        if why:
+            return None, f"audit.py's forward pass supports plain Llama only; {why}"
         W = {k: v.to(torch.float32) for k, v in load_file(str(path)).items()}
         _MODELS[key] = (key, hp, W)
     return _MODELS[key], None
@@ -99,12 +117,170 @@ def llama_logprobs(model, ids):
     return out
 
 
+# ---- the batched pass in a scored dtype --------------------------------------------------------------------------
+
+TORCH_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def supports_own(model_dir):
+    """None when audit.py's own Llama pass covers the model in model_dir, else the reason it does not."""
+    hp = read_json(Path(model_dir) / "config.json")
+    unsupported = [f"{k}={hp.get(k)!r}" for k, ok in (
+        ("model_type", hp.get("model_type") == "llama"), ("rope_scaling", hp.get("rope_scaling") is None),
+        ("hidden_act", hp.get("hidden_act") == "silu"), ("attention_bias", not hp.get("attention_bias")),
+        ("mlp_bias", not hp.get("mlp_bias"))) if not ok]
+    return f"this model has {', '.join(unsupported)}" if unsupported else None
+
+
+def own_llama_batch(model, ids, dtype):
+    """Logits [B, T, vocab] of the padded batch `ids` (LongTensor [B, T], no attention mask: the causal mask keeps
+    every real position from the pads after it) from the audit's own Llama, in `dtype`. Where the dtype's rounding
+    depends on the order of operations it follows the definition as Hugging Face's Llama computes it: rmsnorm in
+    float32 and cast back before the weight; rotary cos/sin in float32, cast; attention logits scaled in the dtype,
+    their softmax in float32, cast; every projection a linear layer in the dtype; the causal mask as -inf."""
+    import torch
+    import torch.nn.functional as F
+
+    key, hp, W32 = model
+    wkey = (key, dtype)
+    if wkey not in _WEIGHTS:
+        _WEIGHTS[wkey] = {k: v.to(getattr(torch, dtype)) for k, v in W32.items()}
+    W = _WEIGHTS[wkey]
+    d, nh, nkv = hp["hidden_size"], hp["num_attention_heads"], hp["num_key_value_heads"]
+    hd = hp.get("head_dim") or d // nh
+    eps, theta = hp["rms_norm_eps"], hp["rope_theta"]
+    B, T = ids.shape
+
+    def rmsnorm(x, w):
+        x32 = x.to(torch.float32)
+        return w * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+    def rotate_half(x):
+        return torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], dim=-1)
+
+    with torch.no_grad():
+        inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+        freqs = (inv_freq[None, :, None] @ torch.arange(T, dtype=torch.float32)[None, None, :]).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().to(x_dtype(W))[:, None], emb.sin().to(x_dtype(W))[:, None]      # [1, 1, T, hd]
+        causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+        x = F.embedding(ids, W["model.embed_tokens.weight"])                               # [B, T, d]
+        for layer in range(hp["num_hidden_layers"]):
+            p = f"model.layers.{layer}."
+            h = rmsnorm(x, W[p + "input_layernorm.weight"])
+            q = F.linear(h, W[p + "self_attn.q_proj.weight"]).view(B, T, -1, hd).transpose(1, 2)  # [B, nh, T, hd]
+            k = F.linear(h, W[p + "self_attn.k_proj.weight"]).view(B, T, -1, hd).transpose(1, 2)
+            v = F.linear(h, W[p + "self_attn.v_proj.weight"]).view(B, T, -1, hd).transpose(1, 2)
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)  # grouped-query
+            att = torch.matmul(q, k.transpose(2, 3)) * hd ** -0.5
+            att = torch.softmax(att.to(torch.float32).masked_fill(causal, float("-inf")), dim=-1).to(q.dtype)
+            o = torch.matmul(att, v).transpose(1, 2).reshape(B, T, -1)
+            x = x + F.linear(o, W[p + "self_attn.o_proj.weight"])
+            h = rmsnorm(x, W[p + "post_attention_layernorm.weight"])
+            gate, up = F.linear(h, W[p + "mlp.gate_proj.weight"]), F.linear(h, W[p + "mlp.up_proj.weight"])
+            x = x + F.linear(F.silu(gate) * up, W[p + "mlp.down_proj.weight"])
+        x = rmsnorm(x, W["model.norm.weight"])
+        head = W["model.embed_tokens.weight"] if hp.get("tie_word_embeddings", True) or "lm_head.weight" not in W \
+            else W["lm_head.weight"]
+        return F.linear(x, head)
+
+
+def x_dtype(W):
+    """The dtype the weights (and so the activations) are in."""
+    return W["model.embed_tokens.weight"].dtype
+
+
+class Scorer:
+    """One implementation in one dtype: `label` (what ran, for the report) and `logits(ids)` for a padded batch."""
+
+    def __init__(self, label, dtype, logits):
+        self.label, self.dtype, self.logits = label, dtype, logits
+
+
+def load_scorer(model_dir, dtype):
+    """(Scorer, None) for the model in model_dir in `dtype`: the audit's own Llama pass when it covers the model,
+    else transformers' implementation named by config.json (never custom code, safetensors only, eager attention);
+    or (None, why not)."""
+    if supports_own(model_dir) is None:
+        model, why = load_llama(model_dir)
+        if model is None:
+            return None, why
+        return Scorer("audit.py's own Llama forward", dtype, lambda ids: own_llama_batch(model, ids, dtype)), None
+    return load_transformers(model_dir, dtype)
+
+
+def load_transformers(model_dir, dtype):
+    """(Scorer, None) running transformers' own class for config.json's architecture, or (None, why not)."""
+    import torch
+    try:
+        from transformers import AutoModelForCausalLM
+    except ImportError as e:
+        return None, f"not the audit's own architecture ({supports_own(model_dir)}) and transformers is absent ({e})"
+    key = (str(Path(model_dir).resolve()), dtype)
+    if key not in _MODELS:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
+                                                         attn_implementation="eager", use_safetensors=True,
+                                                         trust_remote_code=False, local_files_only=True)
+        except (OSError, ValueError, KeyError, RuntimeError) as e:
+            return None, f"transformers could not load {model_dir}: {str(e).splitlines()[0][:200]}"
+        _MODELS[key] = model.train(False)     # inference mode (dropout off), as eval() sets
+    model = _MODELS[key]
+    label = f"transformers' {type(model).__name__}, not the audit's own"
+    return Scorer(label, dtype, lambda ids: model(ids).logits), None
+
+
+def lm_eval_plan(requests, batch_size):
+    """lm-eval 0.4.9.2's batches for one loglikelihood call over `requests` [(context ids, candidate ids)], written
+    again from its definition: one row per distinct input (context + candidate without its last token), rows
+    longest first then by ids, consecutive chunks of batch_size. Returns ([rows], [row of each request],
+    [[lo, hi) per batch])."""
+    keys = [tuple(c) + tuple(k[:-1]) for c, k in requests]
+    rows = sorted(set(keys), key=lambda r: (-len(r), r))
+    index = {r: n for n, r in enumerate(rows)}
+    return rows, [index[k] for k in keys], [(lo, min(lo + batch_size, len(rows)))
+                                            for lo in range(0, len(rows), batch_size)]
+
+
+def batched_scores(scorer, requests, batch_size):
+    """Every request's (score, is_greedy) computed as HFLM computes them, in its batches: rows right-padded with
+    id 0, logits of the whole batch, log_softmax over the vocabulary in the scorer's dtype, the candidate's rows
+    gathered in the shapes HFLM uses and summed in that dtype, greedy = the argmax equals every candidate token."""
+    import torch
+
+    rows, row_of, batches = lm_eval_plan(requests, batch_size)
+    members = {}
+    for n, row in enumerate(row_of):
+        members.setdefault(row, []).append(n)
+    out = [None] * len(requests)
+    with torch.no_grad():
+        for lo, hi in batches:
+            ids = torch.zeros((hi - lo, len(rows[lo])), dtype=torch.long)
+            for i, r in enumerate(rows[lo:hi]):
+                ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+            lp = torch.log_softmax(scorer.logits(ids), dim=-1)
+            for i in range(hi - lo):
+                for n in members[lo + i]:
+                    cand = requests[n][1]
+                    picked = lp[i, len(rows[lo + i]) - len(cand):len(rows[lo + i])].unsqueeze(0)    # [1, n, vocab]
+                    want = torch.tensor(cand, dtype=torch.long).view(1, -1)
+                    greedy = bool((picked.argmax(dim=-1) == want).all())
+                    out[n] = (float(torch.gather(picked, 2, want.unsqueeze(-1)).squeeze(-1).sum()), greedy)
+            del lp
+    return out
+
+
+# ---- the level --------------------------------------------------------------------------------------------------
+
 FORWARD_CHECKS = ("candidate scores vs both paths", "predictions (argmax) vs both paths", "lm-eval is_greedy")
 
 
 def model_for_forward(C, name, ident, tokens, model_dir):
-    """Row "model file (...)": the cached weights are the ones identity.json names. Returns the loaded model, or
-    None after SKIPPED rows for FORWARD_CHECKS saying why (no model, no verified token ids, no torch)."""
+    """Row "model file (...)": the cached weights are the ones identity.json names. Returns (mode, scorer, beside)
+    -- the re-scoring mode, the Scorer in the evidence's dtype and (for bfloat16 / float16) the float32 Scorer run
+    beside it -- or None after SKIPPED rows for FORWARD_CHECKS saying why (no model, no verified token ids, no
+    torch, a dtype or batch size it cannot read)."""
     st = Path(model_dir) / "model.safetensors" if model_dir else None
     if st is None or not st.exists() or not (Path(model_dir) / "config.json").exists():
         for check in ("model file",) + FORWARD_CHECKS:
@@ -118,23 +294,44 @@ def model_for_forward(C, name, ident, tokens, model_dir):
         expect(bad, str(st), "sha256", sha256_file(st), ident.get("model_sha256", MISSING) if ident else MISSING,
                "identity.json model_sha256: the cached weights are not the ones the evidence names")
         C.add(name, FORWARD, "model file (sha256 == identity.json model_sha256)", 1, bad)
-    model, why = None, ("needs the identity level's verified token ids (private texts + tokenizer), which were "
-                        "unavailable or failed")
+    loaded, why = None, ("needs the identity level's verified token ids (private texts + tokenizer), which were "
+                         "unavailable or failed")
     dtype = get(ident, "scoring_config.dtype") if ident else MISSING
-    if dtype not in ("float32", MISSING):
-        model, why, tokens = None, (f"the evidence was scored in {dtype}; audit.py's forward pass is float32 only, "
-                                    f"and its tolerance {FORWARD_TOL:g} does not apply to {dtype} scores"), None
+    dtype = "float32" if dtype is MISSING else dtype
+    size = get(ident, "scoring_config.official_batch_size") if ident else MISSING
+    if dtype not in TORCH_DTYPES:
+        tokens, why = None, f"the evidence was scored in {short(dtype)}; audit.py re-scores {', '.join(TORCH_DTYPES)}"
+    elif dtype != "float32" and not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
+        tokens, why = None, (f"the evidence was scored in {dtype} but names no usable official_batch_size "
+                             f"({short(size)}); a {dtype} score is re-scored in lm-eval's batches only")
     if tokens is not None:
         try:
             use_threads(C.options.threads)
-            model, why = load_llama(model_dir)
+            loaded, why = choose_mode(model_dir, dtype, size)
         except ImportError as e:
             why = f"cannot import torch/safetensors ({e})"
-    if model is None:
+    if loaded is None:
         for check in FORWARD_CHECKS:
             C.skip(name, FORWARD, check, why)
-    return model
+    return loaded
 
+
+def choose_mode(model_dir, dtype, size):
+    """((mode, scorer, beside), None) or (None, why). float32 evidence of a model the audit's own Llama covers:
+    one unpadded sequence per pass (its 1e-4 tolerance allows for the padded batches the paths ran). Anything else:
+    lm-eval's batches at official_batch_size in the evidence's dtype, and for bfloat16 / float16 the float32
+    pass one unpadded sequence at a time beside it (a figure: how far the dtype moved the scores)."""
+    scorer, why = load_scorer(model_dir, dtype)
+    if scorer is None:
+        return None, why
+    if dtype == "float32" and supports_own(model_dir) is None:
+        return ("one unpadded sequence per pass", scorer, None), None
+    beside = None
+    if dtype != "float32":
+        beside, why = load_scorer(model_dir, "float32")
+        if beside is None:
+            return None, why
+    return (f"lm-eval's batches of {size}", scorer, beside), None
 
 def candidate_scores(model, ctx_ids, cand_lists):
     """Each candidate's summed log-probability given the context, and whether every candidate token is the
@@ -156,56 +353,106 @@ def candidate_scores(model, ctx_ids, cand_lists):
     return scores, greedy
 
 
-class ScoreDiffs:
-    """The largest |recomputed - recorded| per path, the worst candidate, and one failure per score over
-    FORWARD_TOL."""
+def spread(values):
+    """max, 99th percentile and median of non-negative figures, by nearest rank (the value at rank ceil(p*n) of
+    the sorted list; the median is the lower middle value), each a value that occurred."""
+    v = sorted(values)
+    if not v:
+        return {"max": 0.0, "p99": 0.0, "median": 0.0}
+    return {"max": v[-1], "p99": v[math.ceil(0.99 * len(v)) - 1], "median": v[math.ceil(0.5 * len(v)) - 1]}
 
-    def __init__(self):
-        self.max = {"official": 0.0, "independent": 0.0}
-        self.worst, self.bad = None, []
 
-    def compare(self, r, w, side, scores):
-        for j, (s_new, s_rec) in enumerate(zip(scores, r[side]["scores"])):
-            d = abs(s_new - s_rec)
-            self.max[side] = max(self.max[side], d)
-            if self.worst is None or d > self.worst["abs_diff"]:
-                self.worst = {"abs_diff": d, "idx": r["idx"], "path": side, "candidate": j}
-            if not d <= FORWARD_TOL:
-                self.bad.append(f"{w} {side}.scores[{j}]: recorded {s_rec!r}, recomputed {s_new!r} "
-                                f"(|diff| {d:.3g} > tolerance {FORWARD_TOL:g})")
+def spread_text(f):
+    return f"max {f['max']:.3g}, p99 {f['p99']:.3g}, median {f['median']:.3g}"
+
+
+def compare_scores(records, recomputed, key_of, where_of, pred_field, tol, bad):
+    """Every recorded score of both paths against `recomputed` ({key: [(score, greedy)] per candidate}); a score
+    over `tol` appended to `bad` (when bad is not None). Returns the figures: per path the spread of |diff|, the
+    worst candidate, the items moved past tol, the predictions and is_greedy that the recomputed scores flip."""
+    diffs = {"official": [], "independent": []}
+    worst, moved, flips, greedy_flips = None, set(), {"official": [], "independent": []}, []
+    for r in records:
+        w, got = where_of(r), recomputed[key_of(r)]
+        scores = [s for s, _ in got]
+        for side in ("official", "independent"):
+            for j, (s_new, s_rec) in enumerate(zip(scores, r[side]["scores"])):
+                d = abs(s_new - s_rec)
+                diffs[side].append(d)
+                if worst is None or d > worst["abs_diff"]:
+                    worst = {"abs_diff": d, "idx": r["idx"], "path": side, "candidate": j}
+                if not d <= tol:
+                    moved.add(w)
+                    if bad is not None:
+                        bad.append(f"{w} {side}.scores[{j}]: recorded {s_rec!r}, recomputed {s_new!r} "
+                                   f"(|diff| {d:.3g} > tolerance {tol:g})")
+            if r[side][pred_field] != argmax_first(scores):
+                flips[side].append(w)
+        if r["official"]["is_greedy"] != [g for _, g in got]:
+            greedy_flips.append(w)
+    return {"official": spread(diffs["official"]), "independent": spread(diffs["independent"]), "worst": worst,
+            "moved_past_tolerance": sorted(moved), "argmax_flips": flips, "is_greedy_flips": greedy_flips}
+
+
+def rescore(scorer, records, tokens, key_of, batch_size):
+    """{key: [(score, greedy)] per candidate} for every record, scored in lm-eval's batches of batch_size over
+    all the records' requests together (batch_size 1: one unpadded sequence per pass)."""
+    requests, owner = [], []
+    for r in records:
+        ctx, cands = tokens[key_of(r)]
+        for cand in cands:
+            requests.append((ctx, cand))
+            owner.append(key_of(r))
+    out = {}
+    for k, got in zip(owner, batched_scores(scorer, requests, batch_size)):
+        out.setdefault(k, []).append(got)
+    return out
 
 
 def audit_candidate_scores(C, name, ident, records, tokens, model_dir, key_of=lambda r: r["idx"],
                            where_of=lambda r: f"idx {r['idx']}", pred_field="pred"):
     """The forward level of a multiple-choice experiment whose records carry idx, candidates, official and
     independent scores and `pred_field`, and official.is_greedy (protocol, MC-TACO, options): rows FORWARD_CHECKS.
-    `tokens` maps key_of(record) to the identity level's verified (context ids, [candidate ids]). Returns the
-    figures it measured (for audit.json), or None."""
-    model = model_for_forward(C, name, ident, tokens, model_dir)
-    if model is None:
+    `tokens` maps key_of(record) to the identity level's verified (context ids, [candidate ids]). The evidence's
+    dtype is re-scored in that dtype against TOLERANCE[dtype]; a flipped prediction or is_greedy fails whatever
+    the score difference. Returns the figures it measured (for audit.json), or None."""
+    loaded = model_for_forward(C, name, ident, tokens, model_dir)
+    if loaded is None:
         return None
     import torch
 
+    mode, scorer, beside = loaded
+    dtype, tol = scorer.dtype, TOLERANCE[scorer.dtype]
+    size = 1 if mode.startswith("one unpadded") else get(ident, "scoring_config.official_batch_size")
     t0 = time.perf_counter()
-    diffs, bad_pred, bad_greedy = ScoreDiffs(), [], []
-    for r in records:
-        w = where_of(r)
-        scores, greedy = candidate_scores(model, *tokens[key_of(r)])
-        for side in ("official", "independent"):
-            diffs.compare(r, w, side, scores)
-            expect(bad_pred, w, f"{side}.{pred_field}", r[side][pred_field], argmax_first(scores),
-                   f"argmax of recomputed scores {[round(s, 6) for s in scores]}")
-        expect(bad_greedy, w, "official.is_greedy", r["official"]["is_greedy"], greedy,
-               "greedy argmax at every candidate position, recomputed")
-    max_off, max_ind = diffs.max["official"], diffs.max["independent"]
-    C.add(name, FORWARD, FORWARD_CHECKS[0], sum(len(r["candidates"]) for r in records), diffs.bad,
-          note=f"max |recomputed - official| = {max_off:.3g}, max |recomputed - independent| = {max_ind:.3g} "
-               f"(tolerance {FORWARD_TOL:g}, float32, audit.py's own Llama forward)")
-    C.add(name, FORWARD, FORWARD_CHECKS[1], len(records), bad_pred)
-    C.add(name, FORWARD, FORWARD_CHECKS[2], len(records), bad_greedy)
-    return {"max_abs_diff_official": max_off, "max_abs_diff_independent": max_ind, "tolerance": FORWARD_TOL,
-            "worst": diffs.worst, "dtype": "float32", "seconds": round(time.perf_counter() - t0, 2),
-            "threads": torch.get_num_threads()}
+    bad_scores = []
+    main = compare_scores(records, rescore(scorer, records, tokens, key_of, size), key_of, where_of, pred_field,
+                          tol, bad_scores)
+    figures = {"mode": mode, "implementation": scorer.label, "dtype": dtype, "tolerance": tol,
+               "max_abs_diff_official": main["official"]["max"], "max_abs_diff_independent": main["independent"]["max"],
+               **main}
+    note = (f"{dtype}, {scorer.label}, {mode}; |recomputed - official| {spread_text(main['official'])}, "
+            f"|recomputed - independent| {spread_text(main['independent'])} (tolerance {tol:g}); "
+            f"{len(main['moved_past_tolerance'])} item(s) past it")
+    if beside is not None:
+        b = compare_scores(records, rescore(beside, records, tokens, key_of, 1), key_of, where_of, pred_field,
+                           math.inf, None)
+        figures["float32_beside"] = {"implementation": beside.label, "mode": "one unpadded sequence per pass", **b}
+        note += (f"; float32 beside it (one unpadded sequence per pass, a figure, not a check): |float32 - "
+                 f"official| {spread_text(b['official'])}, argmax flips {len(b['argmax_flips']['official'])}, "
+                 f"is_greedy flips {len(b['is_greedy_flips'])}")
+    bad_pred = [f"{w} {side}.{pred_field}: the recorded prediction is not the argmax of the recomputed {dtype} "
+                "scores (a flipped prediction)" for side in ("official", "independent")
+                for w in main["argmax_flips"][side]]
+    bad_greedy = [f"{w} official.is_greedy: recorded value differs from the recomputed {dtype} greedy check"
+                  for w in main["is_greedy_flips"]]
+    C.add(name, FORWARD, FORWARD_CHECKS[0], sum(len(r["candidates"]) for r in records), bad_scores, note=note)
+    C.add(name, FORWARD, FORWARD_CHECKS[1], len(records), bad_pred,
+          note=f"{len(bad_pred)} flip(s) against the {dtype} re-score")
+    C.add(name, FORWARD, FORWARD_CHECKS[2], len(records), bad_greedy,
+          note=f"{len(bad_greedy)} flip(s) against the {dtype} re-score")
+    figures.update(seconds=round(time.perf_counter() - t0, 2), threads=torch.get_num_threads())
+    return figures
 
 
 def two_path_forward(C, name, ev, records, tokens, model_dir):

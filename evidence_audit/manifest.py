@@ -22,7 +22,14 @@ from evidence_audit.reading import Unreadable, evidence_object, read_json, sha25
 
 MANIFEST = "MANIFEST.json"
 FORMAT = "evidence-manifest/v1"
-AUDIT_OUTPUTS = ("audit.json", "audit.mutations.json")     # written into O by audit.py, after the run
+# written into O by audit.py after the run (audit.json, audit.mutations.json, a partial audit's audit.<what>.json):
+# outputs, not evidence, so outside the manifest's files and never read as evidence
+AUDIT_OUTPUT = re.compile(r"audit(\.[A-Za-z0-9_+-]+)?\.json")
+
+
+def is_audit_output(rel):
+    """True for a top-level audit report of audit.py (rel: a path relative to O)."""
+    return AUDIT_OUTPUT.fullmatch(rel) is not None
 KEYS = ("format", "run_id", "experiments", "failed", "files", "private")
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 SHA = re.compile(r"[0-9a-f]{64}")
@@ -92,7 +99,7 @@ def manifest_check(C, out, public_only=False):
             C.skip("-", MANIFEST_LEVEL, check, f"{MANIFEST} missing or malformed (named above)")
         return info
     info.update(run_id=man["run_id"], manifest=man)
-    public = [f for f in files if f != MANIFEST and f not in AUDIT_OUTPUTS and not f.startswith("private/")]
+    public = [f for f in files if f != MANIFEST and not is_audit_output(f) and not f.startswith("private/")]
     C.add("-", MANIFEST_LEVEL, "public files match MANIFEST.json (size, sha256)", len(man["files"]),
           public_files_problems(out, man, public, [d for d in dirs if d != "private" and
                                                    not d.startswith("private/")]))
@@ -242,7 +249,7 @@ def reseal(out):
     man = read_json(out / MANIFEST)
     files, _, _ = walk(out)
     man["files"] = {rel: {"size": (out / rel).stat().st_size, "sha256": sha256_file(out / rel, cached=False)}
-                    for rel in files if rel != MANIFEST and rel not in AUDIT_OUTPUTS and not rel.startswith("private/")}
+                    for rel in files if rel != MANIFEST and not is_audit_output(rel) and not rel.startswith("private/")}
     if (out / "private").is_dir():
         man["private"] = {p.name: dict(zip(("n_files", "sha256"), private_digest(p)))
                           for p in sorted((out / "private").iterdir()) if p.is_dir() and not p.is_symlink()}

@@ -226,7 +226,7 @@ def sha256_file(path, cached=True):
 # format was versioned), would be misread, so it is refused on one line (exit 2) before any rule runs.
 
 FORMAT_KEY = "evidence_format"
-READS_EVIDENCE_FORMATS = (1, 1)      # (oldest, newest): the evidence formats this audit reads
+READS_EVIDENCE_FORMATS = (2, 2)      # (oldest, newest): the evidence formats this audit reads
 
 
 def format_refusal(where, obj):

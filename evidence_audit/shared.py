@@ -305,7 +305,8 @@ def data_parallel_problems(stages, records, calls=("official", "independent"), u
         return [f"stages.json data_parallel: expected world_size >= 2 and one entry per rank, found "
                 f"{short(world)} and {short(ranks, 80)}"]
     unit_of = unit_of or record_unit
-    bad, want = [], sorted({unit_of(r) for r in records or [] if isinstance(r, dict)}, key=str)
+    bad, want = rank_measure_problems(ranks), sorted({unit_of(r) for r in records or [] if isinstance(r, dict)},
+                                                      key=str)
     for call in calls:
         lists = [r["items_scored"].get(call) if isinstance(r, dict) and isinstance(r.get("items_scored"), dict)
                  else None for r in ranks]
@@ -320,6 +321,24 @@ def data_parallel_problems(stages, records, calls=("official", "independent"), u
         if len(got) != len(set(map(str, got))) or sorted(set(got), key=str) != want:
             bad.append(f"stages.json data_parallel items_scored.{call}: {len(got)} entries over {world} ranks, "
                        f"expected each of the records' {len(want)} units exactly once")
+    return bad
+
+
+def rank_measure_problems(ranks):
+    """Each rank's own measurements in stages.json data_parallel (parallel.rank_facts): an object, a wall time that
+    is a non-negative number, a peak RSS that is a non-negative integer (null: a --merge's shard that measured none)."""
+    bad = []
+    for k, r in enumerate(ranks):
+        if not isinstance(r, dict):
+            bad.append(f"stages.json data_parallel.ranks[{k}]: {short(r, 60)} is not an object")
+            continue
+        if "wall_s" in r and not (is_num(r["wall_s"]) and r["wall_s"] >= 0):
+            bad.append(f"stages.json data_parallel.ranks[{k}] wall_s: {short(r['wall_s'])} is not a non-negative "
+                       "number of seconds")
+        rss = r.get("peak_rss_bytes")
+        if rss is not None and not (is_int(rss) and rss >= 0):
+            bad.append(f"stages.json data_parallel.ranks[{k}] peak_rss_bytes: {short(rss)} is not a non-negative "
+                       "integer")
     return bad
 
 
@@ -520,6 +539,85 @@ def rank_order_problems(keys, want, settings, where_of=lambda k: f"idx {k}"):
     if len(keys) != len(want):
         bad.append(f"records.jsonl: {len(keys)} records, the selection rule gives {len(want)} ({settings})")
     return bad
+
+
+# ---- --limit N -----------------------------------------------------------------------------------------------------
+# Written again on purpose (experiments/protocol.py limited_selection): the order a limited SST-2 selection keeps.
+LIMIT_ORDER = {"all": "idx order"}
+LIMIT_RANK_ORDER = "rank order of the hash rule"
+
+
+def command_line_limit(env):
+    """(N, None) for the --limit N that environment.json's recorded command line gives (argparse: the last one
+    wins), (None, None) when it gives none, (None, why) when that cannot be told: no command line, one that is not a
+    list of strings, a --merge (its shards' command lines held the flag; O does not record them)."""
+    # driver.py imports the rules, which import this module: its copy of run.py's flags is read when called
+    from evidence_audit.driver import RUN_VALUE_FLAGS, canonical_flag
+    argv = env.get("command_line") if isinstance(env, dict) else None
+    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+        return None, "environment.json records no command line (a list of strings) to check the limit against"
+    limit, k = None, 1
+    while k < len(argv):
+        arg, k = argv[k], k + 1
+        flag, eq, value = arg.partition("=")
+        flag = canonical_flag(flag) if flag.startswith("--") else None
+        if flag == "--merge":
+            return None, "a --merge: the --limit was on the shards' command lines, which O does not record"
+        if flag in RUN_VALUE_FLAGS and not eq:
+            if k >= len(argv):
+                return None, f"environment.json command_line: {flag} without its value"
+            value, k = argv[k], k + 1
+        if flag == "--limit":
+            try:
+                limit = int(value)
+            except ValueError:
+                return None, f"environment.json command_line: --limit {short(value, 40)} is not an integer"
+    return limit, None
+
+
+def limit_problems(bad, ev, of, order):
+    """The run's --limit, checked (problems into `bad`, under the rule's selection row): config.json's `limit`
+    block is absent exactly when environment.json's recorded command line gives no --limit; else it is {n, of,
+    order} with n that command line's N, 1 <= n <= of, `of` the size of the selection before the limit (recomputed
+    by the rule) and `order` the order the first n are taken in. summary.json restates the block (the rule's
+    expected summary carries it). Returns (n, the expected block), or (None, None) for a run without a limit (or a
+    block too malformed to cut by: the full selection is then expected, and the records fail against it)."""
+    cfg = ev["config"]
+    given, why_not = command_line_limit(ev.get("environment"))
+    block = cfg.get("limit", MISSING)
+    if block is MISSING:
+        if given is not None:
+            bad.append(f"config.json limit: absent, but environment.json's command line gives --limit {given}")
+        return None, None
+    if not (isinstance(block, dict) and is_int(block.get("n")) and is_int(of) and 1 <= block["n"] <= of):
+        bad.append(f"config.json limit: {short(block, 80)} is not {{n: 1..{of}, of: {of}, order}}")
+        return None, None
+    expected = {"n": block["n"], "of": of, "order": order}
+    compare_tree(bad, "config.json", block, expected, "limit.")
+    if why_not is None:
+        expect(bad, "config.json", "limit.n", block["n"], MISSING if given is None else given,
+               "the --limit of environment.json's recorded command line")
+    return block["n"], expected
+
+
+def limited_hash_selection(bad, ev):
+    """hash_selection(config.json) cut to the run's --limit (limit_problems, problems into `bad`): (the idx the run
+    must have scored, in order, or None; why not; the settings as text; the expected limit block or None)."""
+    cfg = ev["config"]
+    want, why, settings = hash_selection(cfg)
+    if want is None:
+        return None, why, settings, None
+    n, block = limit_problems(bad, ev, len(want), LIMIT_ORDER.get(cfg.get("split"), LIMIT_RANK_ORDER))
+    if n is None:
+        return want, why, settings, None
+    return want[:n], why, f"{settings}, limit={n} (the first {n} of {len(want)})", block
+
+
+def limit_note(block, unit="items"):
+    """The selection row's note for a limited run (upper case: the printed audit shows it)."""
+    if block is None:
+        return ""
+    return f"LIMITED RUN: FIRST {block['n']} OF {block['of']} {unit.upper()} (--LIMIT {block['n']})"
 
 
 # ---- multiple-choice records (protocol, MC-TACO; options where its fields match) ----------------------------------

@@ -15,9 +15,18 @@ p-values to 3 decimals (e-notation below 0.001), differences of log-likelihoods 
 1.2e-05), seconds to the millisecond; null is "—". The exact value, as json.dumps wrote it into the evidence, stays
 in every number cell's data-value attribute (and its tooltip), and the place it was read from in data-src
 ("<exp>/<file>#<dotted.path>", or "<exp>/records.jsonl#<line>.<path>", line from 1): audit.py checks every such
-cell against the evidence. A figure the page computes (MiB, the flip matrices counted from records.jsonl, sums)
-has no data-value and is labelled derived. The page is deterministic (the same evidence gives the same bytes: no
-clock, no path of O) and shows no audit state: it tells the reader to run audit.py O.
+cell against the evidence. A short list of item ids is a number cell too; a JSON object shown whole has data-src and
+no data-value (its text is exact). A figure
+the page computes is labelled derived: the MiB of a byte count names its value and derivation (data-of,
+data-derive: cells.DERIVATIONS) so the audit recomputes it; a count the page makes itself (the flip matrices counted
+from records.jsonl, sums) has neither and may appear only in the tables audit.py lists. The page is deterministic
+(the same evidence gives the same bytes: no clock, no path of O nor of the code, even in an error box) and shows no
+audit state: it tells the reader to run audit.py O. `report.py --check O` rebuilds it and compares bytes (page.check).
+
+audit.py checks the page against its own whitelist (evidence_audit/report_page.py), not by importing this package:
+the page writes only the elements and attributes listed there, one stylesheet (page.CSS, whose sha256 the audit
+keeps), no script, no style attribute, and no decimal number outside a number cell. A change here that writes new
+markup, a new derivation or a new derived table must be made there too (tests/test_report_forgery.py).
 
 Every table that a test or a reader may want to find has an id: "<experiment>-<what>", e.g. "options-conditions".
 A section that cannot be rendered (evidence of an unexpected shape) shows the error and the generic table of its

@@ -6,7 +6,8 @@ Numbers are rounded for reading, by what they are (fmt's styles): counts as inte
 stays in every number cell's data-value attribute (and its tooltip), and the place it was read from in data-src
 ("<exp>/<file>#<dotted.path>", or "<exp>/records.jsonl#<line>.<path>", line from 1): audit.py checks every such
 cell against the evidence. The place travels with the value (sourced: the Sourced* types, set by
-evidence_report.reading); a figure the page computes has lost it and is labelled derived, with no data-value.
+evidence_report.reading); a figure the page computes has lost it and is labelled derived, with no data-value, except
+a Derived figure (one value through one of DERIVATIONS), which names the value in data-of for the audit to recompute.
 """
 import html
 import json
@@ -82,13 +83,32 @@ class SourcedList(list):
     src = None
 
 
+class SourcedDict(dict):
+    """A JSON object read from an experiment's evidence file, with the place it was read from (data-src): a cell
+    showing it whole shows its JSON text, exact, so it needs no data-value; audit.py compares the two."""
+    src = None
+
+
+class Derived:
+    """A figure computed from one evidence value by a named derivation (DERIVATIONS: "MiB" of a byte count): shown
+    as derived, with the value's place in data-of and the derivation in data-derive, so audit.py recomputes it."""
+
+    def __init__(self, value, how):
+        self.value, self.how = value, how
+
+
+DERIVATIONS = {"MiB": lambda v: f"{v / 2**20:.1f}"}     # audit.py keeps its own copy (report_page.DERIVATIONS)
+
+
 def sourced(obj, src):
     """obj (parsed JSON) with every number and list marked with its data-src ("<exp>/<file>#<dotted.path>"); the
     marks survive only plain reading: any arithmetic gives a plain number again, which the page shows as derived.
     A path through a key holding "." cannot be written dotted: such values stay unmarked (derived)."""
     if isinstance(obj, dict):
-        return {k: sourced(v, f"{src}{'.' if not src.endswith('#') else ''}{k}" if src and "." not in str(k)
-                           else None) for k, v in obj.items()}
+        out = SourcedDict({k: sourced(v, f"{src}{'.' if not src.endswith('#') else ''}{k}"
+                                      if src and "." not in str(k) else None) for k, v in obj.items()})
+        out.src = src
+        return out
     if isinstance(obj, list):
         out = SourcedList(sourced(v, f"{src}{'.' if not src.endswith('#') else ''}{i}" if src else None)
                           for i, v in enumerate(obj))
@@ -131,6 +151,10 @@ def esc(x):
 def cell(c):
     if isinstance(c, Raw):
         return f"<td>{c}</td>"
+    if isinstance(c, Derived):
+        return derived_cell(c)
+    if isinstance(c, SourcedDict) and c and c.src and not c.src.endswith("#"):    # shown whole, as its JSON text
+        return f'<td data-src="{esc(c.src)}">{esc(json.dumps(c))}</td>'
     value, style = (c.value, c.style) if isinstance(c, Num) else (c, "general")
     if isinstance(value, list) and value and all(map(is_number, value)):    # e.g. [official, independent]
         text = "[" + ", ".join(fmt(v, style) for v in value) + "]"
@@ -144,3 +168,16 @@ def cell(c):
         return f'<td class="num derived" title="derived from the evidence">{esc(text)}</td>'
     tip = f' title="{esc(exact)}"' if text != exact else ""
     return f'<td class="num" data-src="{esc(src)}" data-value="{esc(exact)}"{tip}>{esc(text)}</td>'
+
+
+def derived_cell(d):
+    """A Derived figure: its text, and the value and derivation audit.py recomputes it from; a value without a place
+    in the evidence (or null) is shown as a plain derived number."""
+    src = getattr(d.value, "src", None)
+    if d.value is None or not is_number(d.value):
+        return f"<td>{esc(fmt(d.value))}</td>"
+    text = DERIVATIONS[d.how](d.value)
+    if src is None or src.endswith("#"):
+        return f'<td class="num derived" title="derived from the evidence">{esc(text)}</td>'
+    return (f'<td class="num derived" data-of="{esc(src)}" data-derive="{esc(d.how)}" '
+            f'title="derived from the evidence">{esc(text)}</td>')

@@ -1,20 +1,27 @@
 """The page: one section per experiment in the order of evidence_report.sections.SECTIONS (then any other experiment
 directory, by name, in the generic view), the environment, and the atomic write of O/report.html."""
 import os
+import sys
 import tempfile
 import traceback
 from pathlib import Path
 
 from evidence_report.cells import esc, fmt
-from evidence_report.reading import check_formats, read_json, read_optional
+from evidence_report.reading import UnknownFormat, check_formats, read_json, read_optional
 from evidence_report.sections import SECTIONS
 from evidence_report.shared import generic_section, identity_section, stages_section
 from evidence_report.tables import note, table
 
 
 def render_error(what):
+    """The error box for the exception being handled: the error and the last frames by file name and line, no path
+    (the page holds no path of O nor of the code, so the same evidence gives the same bytes wherever it lies)."""
+    etype, err, tb = sys.exc_info()
+    frames = [f"  {Path(f.filename).name}:{f.lineno} in {f.name}" for f in traceback.extract_tb(tb)[-3:]]
+    text = "\n".join(["Traceback (most recent call last, file names only):", *frames,
+                       "".join(traceback.format_exception_only(etype, err)).strip()])
     return (f'<div class="render-error"><b>report.py could not draw {esc(what)} from the evidence</b>'
-            f"<pre>{esc(traceback.format_exc(limit=3))}</pre></div>")
+            f"<pre>{esc(text)}</pre></div>")
 
 
 def experiment_section(out, name):
@@ -26,7 +33,7 @@ def experiment_section(out, name):
         if not isinstance(summary, dict):
             raise ValueError(f"summary.json holds a {type(summary).__name__}, not an object")
     except Exception:
-        return (f'<section id="{esc(name)}"><h2>{esc(name)}</h2>{render_error(exp_dir / "summary.json")}'
+        return (f'<section id="{esc(name)}"><h2>{esc(name)}</h2>{render_error(f"{name}/summary.json")}'
                 "</section>")
     split = summary.get("split", "?")
     warn = ('<p class="warn">SPLIT ALL: every row of the validation split in idx order, the held-back confirmation '
@@ -116,6 +123,49 @@ def build(out):
             + note("This page shows no audit result: run python audit.py O to check the evidence (the audit also "
                    "checks this page against it).")
             + f"{sections}</body></html>")
+
+
+MAX_PAGE_BYTES = 256 << 20        # a full run's page is a few MB (plots embedded); a bigger file is not read
+
+
+def difference(page, rebuilt, context=40):
+    """None when the two pages are the same text; else one line: where they first differ (line, column) and a short
+    excerpt of each side there (control characters escaped), noting when the place is inside an embedded plot."""
+    if page == rebuilt:
+        return None
+    i = next((k for k, (x, y) in enumerate(zip(page, rebuilt)) if x != y), min(len(page), len(rebuilt)))
+    line = page.count("\n", 0, i) + 1
+    col = i - (page.rfind("\n", 0, i) + 1) + 1
+    start = max(0, i - context)
+    excerpt = lambda t: repr(t[start:i + context])[1:-1]        # noqa: E731
+    plot = page.rfind("data:image/png;base64,", 0, i)
+    inside = plot != -1 and '"' not in page[plot:i]
+    return (f"first difference at line {line} col {col}"
+            + (" (inside an embedded plot: its pixels differ, or this matplotlib draws them differently)"
+               if inside else "")
+            + f": the page has …{excerpt(page)}…, the rebuilt page has …{excerpt(rebuilt)}…")
+
+
+def check(out):
+    """Rebuild the page from the evidence under OUT and compare it with OUT/report.html (report.py --check): (exit
+    code, one line): 0 the same bytes, 1 they differ (where, with an excerpt of each), 2 report.html unreadable (over
+    MAX_PAGE_BYTES, not UTF-8) or evidence of a format the page does not read."""
+    path = Path(out) / "report.html"
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PAGE_BYTES + 1)
+        if len(data) > MAX_PAGE_BYTES:
+            return 2, f"{path}: over {MAX_PAGE_BYTES} bytes; report.py writes a few MB"
+        diff = difference(data.decode("utf-8"), build(out))
+    except UnknownFormat as e:
+        return 2, str(e)
+    except OSError as e:
+        return 2, f"{path}: not readable ({e.strerror or e})"
+    except UnicodeDecodeError as e:
+        return 2, f"{path}: not UTF-8 (byte {e.start}); report.py writes UTF-8"
+    if diff:
+        return 1, f"{path}: not the page the evidence gives: {diff}"
+    return 0, f"{path}: the page the evidence gives (rebuilt and compared byte for byte)"
 
 
 def write(out):

@@ -11,7 +11,7 @@ from evidence_report.cells import sourced
 # The page is drawn for the formats in this range; evidence of any other, or of none (written before the format was
 # versioned), is refused on one line (report.py exits 2) rather than drawn from fields it may misread.
 FORMAT_KEY = "evidence_format"
-READS_EVIDENCE_FORMATS = (1, 1)      # (oldest, newest): the evidence formats this page reads
+READS_EVIDENCE_FORMATS = (2, 2)      # (oldest, newest): the evidence formats this page reads
 
 
 class UnknownFormat(Exception):

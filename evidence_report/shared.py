@@ -1,7 +1,7 @@
 """What several experiments' sections share: the agreement table, the paired comparisons of summary.json's
 uncertainty block, and the parts every experiment gets (stages, run identity, and the generic view of a summary that
 no section draws, or that its section could not draw)."""
-from evidence_report.cells import Num, count
+from evidence_report.cells import Derived, Num, count
 from evidence_report.reading import read_json, read_jsonl, read_optional
 from evidence_report.tables import flatten, kv_table, note, passed, table, wide
 
@@ -50,8 +50,7 @@ def stages_section(exp_dir, name):
         rss = s.get("peak_rss_bytes_at_end")
         if rss:
             peaks.append(rss)
-        rows.append((s.get("name"), Num(s.get("wall_s"), "seconds"), count(rss),
-                     f"{rss / 2**20:.1f}" if rss else None))
+        rows.append((s.get("name"), Num(s.get("wall_s"), "seconds"), count(rss), Derived(rss or None, "MiB")))
     out = "<h3>Stages</h3>" + table(["stage", "wall s", "process peak RSS at end (bytes)", "(MiB, derived)"], rows,
                                     f"{name}-stages")
     extra = [("total wall s", Num(st.get("total_wall_s"), "seconds")), ("torch threads", st.get("threads")),

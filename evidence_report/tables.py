@@ -1,5 +1,5 @@
 """HTML tables and the small pieces of text around them; every cell goes through evidence_report.cells.cell."""
-from evidence_report.cells import Raw, cell, esc
+from evidence_report.cells import Num, Raw, cell, esc, is_number
 
 
 def table(header, rows, tid="", cls="", caption="", row_classes=None):
@@ -21,6 +21,10 @@ def ratio(a, b):
 
 
 def idx_list(xs, limit=12):
+    """Item ids: a short list read from the evidence is a number cell ("[100, 189]", checked by audit.py); a long one
+    is cut ("100, 189, … (40 in all)": text, not a figure)."""
+    if getattr(xs, "src", None) and 0 < len(xs) <= limit and all(map(is_number, xs)):
+        return Num(xs, "count")
     xs = list(xs or [])
     if not xs:
         return "—"

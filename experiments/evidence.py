@@ -1,5 +1,6 @@
 """Writing evidence: atomic JSON/JSONL files, per-stage wall time and peak RSS, the run environment, and the output
-directory (one run per O, leftovers, the --out probe) with its MANIFEST.json and evidence digest."""
+directory (one run per O, one run at a time by <O>.lock, O/.run-in-progress and the sweep of what it claims, the
+--out probe) with its MANIFEST.json and evidence digest."""
 import errno
 import json
 import os
@@ -23,7 +24,7 @@ from resources import REPO, atomic_write_bytes, atomic_write_json, atomic_write_
 # holds (a field added, renamed, removed or given another meaning; a JSONL line of another shape) bumps it, and the
 # audit and report.py, which refuse a format they do not read on one line, learn the new one in the same change
 # (ARCHITECTURE.md, "Evidence format").
-EVIDENCE_FORMAT = 1
+EVIDENCE_FORMAT = 2
 FORMAT_KEY = "evidence_format"
 
 
@@ -240,36 +241,227 @@ def is_leftover(name):
                                      or name == ".harness_tasks")
 
 
-STALE_OUTPUTS = ("run.log", "report.html", "audit.json", "audit.mutations.json")
+# ---- one run per O at a time: the lock -------------------------------------------------------------------------
+# An exclusive flock on the sibling <O>.lock, held for the whole run. The kernel drops it when the process ends, however
+# it ends, so a killed run never blocks the next one (its lock file is reused); the file names the holder's pid and
+# host for the refusal.
+
+class OutLock:
+    """A held <O>.lock: its path and open file descriptor (release() unlinks and closes it)."""
+
+    def __init__(self, path, fd):
+        self.path, self.fd = path, fd
+
+    def release(self):
+        if self.fd is None:
+            return
+        try:
+            if same_file(self.path, self.fd):
+                os.unlink(self.path)
+        except OSError:
+            pass                        # a lock file that cannot be removed is only reused by the next run
+        os.close(self.fd)               # closing drops the flock
+        self.fd = None
 
 
-def is_stale_output(name):
-    """A file a run writes besides evidence (its log, the page, an audit's output, a pre-registration written before
-    its experiment ran): stale in an O that holds no evidence, i.e. left by a run that installed nothing."""
-    return name in STALE_OUTPUTS or name.endswith(".preregistration.json")
+def lock_path(out):
+    p = Path(os.path.abspath(out))
+    return p.with_name(p.name + ".lock")
 
 
-def stray_entries(out, experiment_names):
-    """Names in O that no run writes (sorted): an O holding them is somebody's other directory, not run.py's."""
-    known = {MANIFEST_NAME, "environment.json", "private", *experiment_names}
-    return sorted(p.name for p in Path(out).iterdir() if p.name not in known and not is_leftover(p.name)
-                  and not is_stale_output(p.name) and not p.name.endswith(".FAILED.json"))
+def same_file(path, fd):
+    """True while `path` is still the file open as fd (a run that released the lock unlinked it)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
-def sweep_leftovers(out):
-    """Remove what a killed or failed run left in an O without evidence (temp entries in O and O/private/, its log,
-    page and pre-registration; none of it is evidence); the removed names, relative to O."""
+LOCK_FORMAT = "run-out-lock/v1"
+LOCK_MAX_BYTES = 4096
+
+
+def lock_info(fd):
+    """The holder's {"format", "pid", "host", "since"} read from a lock file (bounded), {} for an empty file, None
+    for a file that is not one run.py writes."""
+    try:
+        data = os.pread(fd, LOCK_MAX_BYTES + 1, 0)
+        if not data:
+            return {}
+        info = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    ok = (len(data) <= LOCK_MAX_BYTES and isinstance(info, dict) and info.get("format") == LOCK_FORMAT
+          and type(info.get("pid")) is int and isinstance(info.get("host"), str) and isinstance(info.get("since"), str))
+    return info if ok else None
+
+
+def lock_holder(fd):
+    """'pid N on HOST since T' as the holder wrote it into its lock file."""
+    info = lock_info(fd)
+    if not info:
+        return "pid unknown: it has not written its lock file yet"
+    return f"pid {info['pid']} on {info['host'][:100]} since {info['since'][:40]}"
+
+
+def refuse_if_locked(out):
+    """Refuse on one line when another process holds <O>.lock; creates nothing."""
+    import fcntl
+
+    path = lock_path(out)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return                                      # no lock file (or none we can open): nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise_locked(out, path, lock_holder(fd))
+    finally:
+        os.close(fd)
+
+
+def raise_locked(out, path, holder):
+    from resources import ResourceError
+
+    raise ResourceError(f"--out {out}: another run.py ({holder}) is writing it and holds {path}; one run per output "
+                        "directory at a time: wait for it to finish, or name another --out")
+
+
+def take_out_lock(out):
+    """Hold <O>.lock for this process (its parent directory is created); refuse on one line naming the pid that
+    holds it. A lock file left by a killed run holds no flock and is taken over."""
+    import fcntl
+
+    path = lock_path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tries = 0
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = lock_holder(fd)
+            os.close(fd)
+            tries += 1
+            if tries < 20:              # another run's refuse_if_locked holds it shared for an instant: wait a little
+                time.sleep(0.05)
+                continue
+            raise_locked(out, path, holder)
+        if same_file(path, fd):         # else the holder released (unlinked) it between our open and flock: again
+            break
+        os.close(fd)
+    if lock_info(fd) is None:           # somebody's own file of that name: neither overwritten nor removed
+        os.close(fd)
+        from resources import ResourceError
+
+        raise ResourceError(f"--out {out}: {path} exists and is not a lock file run.py writes; it was left as it is: "
+                            "move it, or name another --out")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({"format": LOCK_FORMAT, "pid": os.getpid(), "host": platform.node(),
+                              "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode(), 0)
+    return OutLock(path, fd)
+
+
+# ---- what a run may leave in O: its claim ----------------------------------------------------------------------
+# A run writes O/.run-in-progress when it starts in an O that holds nothing else (or only what an earlier run
+# claimed, swept first): its run id, pid, host, start time and the names it may create in O. It removes the marker
+# just before MANIFEST.json (or after a shard's SHARD.json). A marker found by a later run (which holds the lock, so
+# the marker's run is gone) therefore proves which entries that run made: only those are removed, and only when
+# every entry of O is one of them; anything else makes the run refuse O with nothing deleted.
+
+MARKER = ".run-in-progress"
+MARKER_FORMAT = "run-in-progress/v1"
+MARKER_MAX_BYTES = 1 << 20
+FIXED_CLAIMS = ("run.log", "private", "report.html", "environment.json", MANIFEST_NAME, "SHARD.json")
+CLAIM_RE = re.compile(r"[a-z][a-z0-9_]{0,63}(\.FAILED\.json|\.preregistration\.json)?"
+                      r"|\.tmp-(old-)?[a-z][a-z0-9_]{0,63}-[0-9a-f]{32}")
+
+
+def temp_dir_name(experiment, run_id, old=False):
+    """The temporary directory of one experiment's evidence in its area (O/, O/private/): named with the run id, so
+    a later run can tell it apart from anybody else's file."""
+    return f".tmp-{'old-' if old else ''}{experiment}-{run_id}"
+
+
+def claims_of(experiment_names, run_id):
+    """Every top-level name of O a run of these experiments may create (its temp dirs by run id)."""
+    names = list(FIXED_CLAIMS)
+    for n in experiment_names:
+        names += [n, f"{n}.FAILED.json", f"{n}.preregistration.json", temp_dir_name(n, run_id),
+                  temp_dir_name(n, run_id, old=True)]
+    return names
+
+
+def is_claimed(name, claims):
+    """A claimed name, or the temp file an atomic write of a claimed file makes beside it (.<name>.XXXXXXXX.tmp)."""
+    if name in claims:
+        return True
+    m = re.fullmatch(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp", name)
+    return m is not None and m.group(1) in claims and "/" not in name
+
+
+def write_marker(out, run_id, experiment_names):
+    atomic_write_json(Path(out) / MARKER, {"format": MARKER_FORMAT, "run_id": run_id, "pid": os.getpid(),
+                                           "host": platform.node(), "claims": claims_of(experiment_names, run_id),
+                                           "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+
+def remove_marker(out):
+    try:
+        os.unlink(Path(out) / MARKER)
+    except FileNotFoundError:
+        pass
+
+
+def read_marker(out):
+    """The marker an earlier run left in O (checked: size, strict JSON, fields, every claim a name a run makes), or
+    None; ResourceError (one line) for a file of that name that is not one."""
+    from resources import ResourceError
+
+    path = Path(out) / MARKER
+    if not os.path.lexists(path):
+        return None
+    def bad(why):
+        return ResourceError(f"--out {out}: {path} is not a marker run.py writes ({why}); nothing was deleted: name a "
+                             "new --out, or empty this one yourself")
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > MARKER_MAX_BYTES:
+        raise bad(f"expected a regular file of at most {MARKER_MAX_BYTES} bytes")
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise bad(f"not JSON: {str(e)[:80]}")
+    fields = {"format", "run_id", "pid", "host", "claims", "started_utc"}
+    if not isinstance(doc, dict) or set(doc) != fields or doc["format"] != MARKER_FORMAT:
+        raise bad(f"expected an object with the fields {', '.join(sorted(fields))} and format {MARKER_FORMAT}")
+    if not (isinstance(doc["run_id"], str) and re.fullmatch(r"[0-9a-f]{32}", doc["run_id"])):
+        raise bad("field run_id: expected 32 lowercase hex digits")
+    claims = doc["claims"]
+    if not (isinstance(claims, list) and all(isinstance(c, str) and (c in FIXED_CLAIMS or CLAIM_RE.fullmatch(c))
+                                             for c in claims)):
+        raise bad("field claims: expected names a run writes in O")
+    return doc
+
+
+def unclaimed_entries(out, marker):
+    """The names in O (sorted) that no marker claims: all of them without a marker."""
+    claims = set(marker["claims"]) if marker else set()
+    return sorted(p.name for p in Path(out).iterdir() if p.name != MARKER and not is_claimed(p.name, claims))
+
+
+def sweep_claimed(out, marker):
+    """Remove what the marker's run left in O (every entry but the marker is one it claimed: unclaimed_entries was
+    empty), then the marker; the removed names, relative to O."""
     out, removed = Path(out), []
-    for area in (out, out / "private"):
-        if not area.is_dir():
+    for p in sorted(out.iterdir()):
+        if p.name == MARKER or not is_claimed(p.name, set(marker["claims"])):
             continue
-        for p in sorted(area.iterdir()):
-            if is_leftover(p.name) or (area == out and is_stale_output(p.name)):
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p)
-                else:
-                    p.unlink()
-                removed.append(str(p.relative_to(out)))
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+        removed.append(p.name)
+    remove_marker(out)
     return removed
 
 

@@ -14,7 +14,9 @@ Public records carry hashes and scores; the prompts and generations go to O/priv
 is written to O/extraction.preregistration.json before the model is loaded; its sha256 is in config.json. The
 human-review figures are null here: they exist only once a filled sheet is imported (audit.py --review SHEET).
 
-Flags it honours (ctx.options): out only (the pre-registration file is written into O before generation).
+Flags it honours (ctx.options): out (the pre-registration file is written into O before generation) and limit
+(protocol.limited_selection: the first N items of the selection, in its order; the limit is applied first, so the
+audit sample is drawn from those N items, and the pre-registration's population says so: population.limit).
 
 Data parallel (torchrun / accelerate launch, --shard K/N, --merge; experiments/parallel.py): the audit sample is
 chosen from the selection alone on every rank and rank 0's is taken (parallel.agreed: broadcast before any model is
@@ -37,6 +39,7 @@ from experiments import official, parallel, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import EVIDENCE_FORMAT, FORMAT_KEY, IdentityMismatch, jsonl
 from experiments.extraction_sample import AUDIT_RULE, choose_audit_sample, class_weights
+from experiments.protocol import limited_selection, with_limit
 from experiments.review_page import build_review_page
 from experiments.scoring import sha256_text
 from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
@@ -46,6 +49,7 @@ DATA_PARALLEL = True   # its generations go through parallel.shard_map (torchrun
 CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
 EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device without that claim
 NEEDS_CHAT_TEMPLATE = True     # the prompts go through the tokenizer's chat template (run.py checks a local model)
+SUPPORTS_LIMIT = True  # --limit N: the first N items of the selection, before the audit sample is drawn
 PREREGISTRATION_FILE = "extraction.preregistration.json"     # in O/, written before the model is loaded
 SCORERS = ("exact", "strict", "regex")
 PAIRS = (("exact", "strict"), ("exact", "regex"), ("strict", "regex"))     # summary["paired"], ["uncertainty"]
@@ -69,8 +73,9 @@ def utc_now():
 
 # ---- 1. the pre-registered audit sample (no model, no text, no output) ------------------------------------------
 
-def preregistration(ctx, rows, idx_list):
-    """The audit sample and everything needed to recompute it, as the exact bytes written to O/."""
+def preregistration(ctx, rows, idx_list, limit=None):
+    """The audit sample and everything needed to recompute it, as the exact bytes written to O/. `limit`: the
+    --limit block when idx_list is the first N items of the selection (the sample's population is then those N)."""
     config = ctx.config
     labels = config["extraction_labels"]
     idx_labels = [(i, rows[i]["label"]) for i in idx_list]
@@ -84,7 +89,8 @@ def preregistration(ctx, rows, idx_list):
         "rule": AUDIT_RULE, "salt": config["extraction_audit_salt"],
         "per_class": config["extraction_audit_per_class"],
         "population": {"data": ctx.data.id, "data_content_sha256": ctx.data.content_sha256,
-                       "item_idx": list(idx_list), "labels": [l for _, l in idx_labels]},
+                       "item_idx": list(idx_list), "labels": [l for _, l in idx_labels],
+                       **({"limit": limit} if limit is not None else {})},
         "class_weights": class_weights(idx_labels, sample),
         "weighted_estimate_rule": config["extraction_weighted_estimate_rule"],
         "items": sample,
@@ -497,10 +503,11 @@ def run(ctx):
                                       "both paths (the audit checks each one's items per rank); run it in one process")
     with stages.stage("selection"):
         rows = load_rows(ctx.data.parquet_path)
-        idx_list = select_items(config, ctx.split, len(rows))
+        # --limit first: the audit sample below is drawn from the items that are scored
+        idx_list, limit = limited_selection(ctx, select_items(config, ctx.split, len(rows)))
     # The audit sample is chosen and written now: nothing model-related exists yet in this process's run.
     with stages.stage("audit_sample_preregistration"):
-        prereg = parallel.agreed(ctx, "preregistration", preregistration(ctx, rows, idx_list),
+        prereg = parallel.agreed(ctx, "preregistration", preregistration(ctx, rows, idx_list, limit),
                                  earliest_preregistration)
         prereg_path, prereg_sha = preregister(ctx, prereg)
 
@@ -522,7 +529,9 @@ def run(ctx):
     gen_tok = [len(it["generated_ids"]) for it in items]
     stats = {"input_tokens": two_paths.span(in_tok),
              "generated_tokens": {**two_paths.span(gen_tok), "includes_eos": True}, "n_items": len(items)}
-    return Result(config=config_of(ctx, rows, idx_list, prereg, prereg_sha, chat_template, gen_meta, lm_meta),
+    config_out = config_of(ctx, rows, idx_list, prereg, prereg_sha, chat_template, gen_meta, lm_meta)
+    line = with_limit(limit, summary, config_out, headline(summary))
+    return Result(config=config_out,
                   records=records, summary=summary, token_stats=stats,
                   private={"generations.jsonl": jsonl(private_rows), "review.html": page},
-                  headline=headline(summary), prompt_template_sha256=sha256_text(config["extraction_user_prompt"]))
+                  headline=line, prompt_template_sha256=sha256_text(config["extraction_user_prompt"]))

@@ -4,16 +4,21 @@ Tasks come from config["harness_tasks_dir"], which must exist, or by default fro
 (fixtures/harness_tasks), read in place: no working directory is made (nothing public holds prompts or targets).
 --smoke takes the first `harness_smoke_examples` example(s) of each task; dev takes all of them; the fixtures have
 no held-back part, so --split confirm and --split all score the same examples as dev (and say so). Reads
-ctx.options.out only (no other run.py flag applies).
+ctx.options.out and ctx.options.limit: --limit N scores the first N examples of each task in file order, as
+lm-eval's limit does per task (a task with N or fewer examples is scored whole; config.json's n_scored says so).
 
 The model is loaded here, through the repository's adapter.py, and handed to harness/ as an object: harness/ imports
 nothing from the repository.
 
 The adapter is config["harness_adapter"] (default smollm2; toy and wrong, harness/adapters.py, need no model weights
-but the tokenizer still names the chat template).
+but the tokenizer still names the chat template). The smollm2 adapter serves any chat model; the leaderboard names
+it by the model (model_name: a local directory's name, else the lock id), not by the adapter.
 
-Evidence: records.jsonl has one line per example without any text (task, id, prompt sha256, prediction sha256,
-score, timeout, latency, sandbox outputs for code_exec); summary.json is the leaderboard without predictions;
+Evidence: records.jsonl has one line per example without any text (task, id, prompt sha256, reference sha256 (the
+example's metric, targets and extras hashed), prediction sha256, score, timeout, latency, sandbox outputs for
+code_exec); summary.json is the leaderboard without predictions and, per task, whether its file is the shipped
+fixture of that name byte for byte; the headline names the task set (task_set: "the shipped fixtures (5 tasks)" or
+"N user tasks (...), not the shipped fixtures");
 O/private/harness/ holds leaderboard.json with every prediction and a copy of each task file scored, which is what
 audit.py recomputes task and overall scores from, and (smollm2) generations.jsonl: per answered example the
 chat-rendered prompt, its token ids, the generated token ids and the finish reason, which audit.py --forward
@@ -42,13 +47,15 @@ from experiments.evidence import IdentityMismatch, stamped
 from harness import leaderboard, runner
 from harness.adapters import make_adapter
 from harness.sandbox import DEFAULT_LIMITS, SandboxUnavailable
-from harness.tasks import FIXTURES, TaskFormatError, head, load_all_tasks
+from harness.tasks import FIXTURES, TaskFormatError, head, load_all_tasks, read_task_bytes, reference_sha256
 from resources import ResourceError, sha256_file
 
 NAME = "harness"
 DATA_PARALLEL = True   # its examples go through parallel.shard_map (torchrun, --shard, --merge)
 CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
 NEEDS_CHAT_TEMPLATE = True     # the model adapter renders every prompt with the chat template (run.py checks it)
+SUPPORTS_LIMIT = True  # --limit N: the first N examples of each task (limit_tasks)
+LIMIT_ORDER = "the first N examples of each task in file order (lm-eval's limit is per task)"
 PROMPT_RULE = ("tokenizer.apply_chat_template([{'role': 'user', 'content': prompt}], add_generation_prompt=True); "
                "no other text added")
 
@@ -81,10 +88,32 @@ def load_tasks(ctx):
     return tasks_dir, configured, tasks
 
 
-def record_of(e):
-    """Public per-example evidence: hashes and numbers, no prompt or reply text."""
+def limit_tasks(tasks, n):
+    """(tasks, the limit block or None): --limit N keeps the first N examples of each task in file order, decided
+    from the task files alone before anything is answered. `of`: the examples before the limit."""
+    if n is None:
+        return tasks, None
+    largest = max((len(t.examples) for t in tasks.values()), default=0)
+    if not 1 <= n <= largest:
+        raise ResourceError(f"harness: --limit {n} is outside 1..{largest} (the largest task has {largest} "
+                            "examples; a larger N would limit nothing)")
+    of = sum(len(t.examples) for t in tasks.values())
+    return head(tasks, n), {"n": n, "of": of, "order": LIMIT_ORDER}
+
+
+def limit_label(block, n_scored):
+    """How a limited run says so (console headline; report.py words it the same from the evidence)."""
+    return (f"first {block['n']} of each task's examples: {n_scored} of {block['of']} examples "
+            f"(--limit {block['n']})")
+
+
+def record_of(e, references):
+    """Public per-example evidence: hashes and numbers, no prompt or reply text. `references`: {(task, id):
+    reference_sha256}, the hash of what the example is scored against (the audit compares a shipped example's with
+    the repository's fixture without the private task file)."""
     sandbox = e["details"].get("sandbox")
-    rec = {"task": e["task"], "id": e["id"], "prompt_sha256": e["prompt_sha256"], "score": e["score"],
+    rec = {"task": e["task"], "id": e["id"], "prompt_sha256": e["prompt_sha256"],
+           "reference_sha256": references[(e["task"], e["id"])], "score": e["score"],
            "prediction_sha256": None if e["prediction"] is None else runner.sha256_text(e["prediction"]),
            "timed_out": e["timed_out"], "latency_s": e["latency_s"]}
     if sandbox is not None:
@@ -93,13 +122,44 @@ def record_of(e):
     return rec
 
 
-def headline(board, split):
+def plural(n, word):
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def task_set(shipped):
+    """The tasks scored, in words, from {task: is it the shipped fixture file}: "the shipped fixtures (5 tasks)",
+    or, when any task is not, "2 user tasks (a, b) [and 3 shipped fixture tasks], not the shipped fixtures" (the
+    audit words it the same way from the repository's fixtures, and the report from summary.json)."""
+    user = sorted(n for n, is_fixture in shipped.items() if not is_fixture)
+    if not shipped:
+        return "no tasks"
+    if not user:
+        return f"the shipped fixtures ({plural(len(shipped), 'task')})"
+    rest = len(shipped) - len(user)
+    also = f" and {plural(rest, 'shipped fixture task')}" if rest else ""
+    return f"{plural(len(user), 'user task')} ({', '.join(user)}){also}, not the shipped fixtures"
+
+
+def shipped_fixture_claims(tasks):
+    """{task: True when its file is byte for byte the shipped fixture of that name}."""
+    shipped = {p.stem: sha256_file(p) for p in sorted(FIXTURES.glob("*.jsonl"))}
+    return {n: shipped.get(n) == t.sha256 for n, t in tasks.items()}
+
+
+def model_name(identity):
+    """The model as the leaderboard names it: a local directory by its name, a prepared model by its lock id."""
+    if identity.get("source") == "local":
+        return Path(identity["dir"]).name
+    return identity["id"]
+
+
+def headline(board, split, shipped):
     tasks = ", ".join(f"{n} {t['score']:.3f}" for n, t in board["tasks"].items())
     n = sum(t["total"] for t in board["tasks"].values())
     timeouts = sum(t["timeouts"] for t in board["tasks"].values())
     iso = board.get("sandbox_isolation")
     sandbox = f"sandbox {iso['mode']}, network {iso['network']}" if iso else "sandbox not run (no code reply)"
-    return (f"{board['adapter']} on {len(board['tasks'])} tasks / {n} examples ({split}): overall "
+    return (f"{board['adapter']} on {task_set(shipped)} / {n} examples ({split}): overall "
             f"{board['overall']:.4f} ({tasks}); {timeouts} timeouts; {sandbox}")
 
 
@@ -140,7 +200,7 @@ def answer_part(ctx, tasks, part, limits):
         tokenizer = model_adapter.load_tokenizer(ctx.inputs.model_dir)
         adapter = make_adapter(config.get("harness_adapter", "smollm2"),
                                lambda: (model_adapter.load_model(ctx.inputs.model_dir, config), tokenizer),
-                               ctx.inputs.model_identity["id"], config["harness_max_new_tokens"],
+                               model_name(ctx.inputs.model_identity), config["harness_max_new_tokens"],
                                config["max_input_tokens"])
     with ctx.stages.stage("generate_and_score"), tqdm(total=len(part), desc="harness", unit="ex") as bar:
         try:
@@ -162,7 +222,7 @@ def answer_part(ctx, tasks, part, limits):
 def check_task_files(tasks, examples):
     """The task files' bytes now (copied into the private evidence); raises IdentityMismatch when a file changed
     during the run or the results do not follow the task files example by example."""
-    task_bytes = {name: t.path.read_bytes() for name, t in tasks.items()}
+    task_bytes = {name: read_bytes_again(t.path) for name, t in tasks.items()}
     now = {name: hashlib.sha256(data).hexdigest() for name, data in task_bytes.items()}
     bad = [(name, "task file sha256", t.sha256, now[name]) for name, t in tasks.items() if now[name] != t.sha256]
     expected = [(t.name, ex.id, runner.sha256_text(ex.prompt)) for _, t in sorted(tasks.items()) for ex in t.examples]
@@ -173,6 +233,17 @@ def check_task_files(tasks, examples):
     if bad:
         raise IdentityMismatch("harness evidence does not match the task files it claims", bad)
     return task_bytes
+
+
+def read_bytes_again(path):
+    """A task file's bytes after the run, read as safely as before it (a file swapped for a FIFO must not hang)."""
+    try:
+        return read_task_bytes(path)
+    except TaskFormatError as e:
+        raise ResourceError(str(e)) from None
+    except OSError as e:
+        raise ResourceError(f"{path}: expected the task file read before the run, found "
+                            f"{e.strerror or type(e).__name__}") from None
 
 
 def generations_jsonl(tasks, examples, generations):
@@ -200,17 +271,17 @@ SPLIT_NOTES = {"confirm": "the fixture tasks have no held-back part: confirm sco
                "all": "the harness tasks have no rows to select: all scores every example of every task, as dev does"}
 
 
-def summary_of(split, tasks, public_board):
-    shipped = {p.stem: sha256_file(p) for p in sorted(FIXTURES.glob("*.jsonl"))}
+def summary_of(split, tasks, public_board, shipped):
     return {"experiment": NAME, "split": split, "confirmation_items_scored": False,
             "split_note": SPLIT_NOTES.get(split),
             "n_examples": sum(len(t.examples) for t in tasks.values()), "leaderboard": public_board,
-            "tasks_are_shipped_fixtures": {n: shipped.get(n) == t.sha256 for n, t in tasks.items()}}
+            "tasks_are_shipped_fixtures": shipped}
 
 
 def run(ctx: Context) -> Result:
     config, split = ctx.config, ctx.split
     tasks_dir, configured, tasks = load_tasks(ctx)
+    tasks, limit = limit_tasks(tasks, ctx.options.limit)
     limits = {**DEFAULT_LIMITS, **config["harness_sandbox"]}
     adapter, tokenizer, per_task, examples = generate_and_score(ctx, tasks, limits)
     with ctx.stages.stage("check"):
@@ -229,9 +300,18 @@ def run(ctx: Context) -> Result:
         private["generations.jsonl"] = generations_jsonl(tasks, examples, adapter.generations)
     for name, t in tasks.items():
         private[f"tasks/{t.path.name}"] = task_bytes[name].decode("utf-8")
+    shipped = shipped_fixture_claims(tasks)
+    references = {(n, ex.id): reference_sha256(ex) for n, t in tasks.items() for ex in t.examples}
     prompt_identity = json.dumps({"chat_template": template, "prompt_rule": PROMPT_RULE}, sort_keys=True)
-    return Result(config=config_of(ctx, tasks_dir, configured, tasks, settings, template),
-                  records=[record_of(e) for e in examples], summary=summary_of(split, tasks, public_board),
-                  headline=headline(board, split), token_stats=dict(getattr(adapter, "tokens", {})),
+    config_out, summary = config_of(ctx, tasks_dir, configured, tasks, settings, template), summary_of(
+        split, tasks, public_board, shipped)
+    line = headline(board, split, shipped)
+    if limit is not None:
+        config_out["limit"] = summary["limit"] = limit
+        line = f"{limit_label(limit, summary['n_examples'])}: {line}"
+    return Result(config=config_out,
+                  records=[record_of(e, references) for e in examples],
+                  summary=summary, headline=line,
+                  token_stats=dict(getattr(adapter, "tokens", {})),
                   prompt_template_sha256=hashlib.sha256(prompt_identity.encode("utf-8")).hexdigest(),
                   public={"leaderboard.json": leaderboard.dumps(stamped(public_board))}, private=private)

@@ -21,7 +21,7 @@ from experiments.evidence import peak_rss_bytes
 from resources import ResourceError
 
 # where and how a run writes, not what it scores (as_given: the scoring arguments as given, set by run.py)
-OWN_ARGS = ("cache", "out", "replace", "verbose", "shard", "merge", "as_given")
+OWN_ARGS = ("cache", "out", "replace", "verbose", "shard", "merge", "as_given", "join_timeout")
 
 
 def scoring_args(args):
@@ -54,7 +54,7 @@ def plan_for(args, defaults):
             raise ResourceError("--shard K/N is for separate processes (e.g. a Slurm array); under torchrun or "
                                 "accelerate launch leave it out: the ranks share the work themselves")
         return parallel.Plan(mode="shard", rank=args.shard[0] - 1, world=args.shard[1], launcher="shards"), None
-    plan = parallel.init_distributed(args.device)
+    plan = parallel.init_distributed(args.device, args.join_timeout)
     if plan.rank > 0:
         sys.stdout = open(os.devnull, "w")
     return plan, None

@@ -85,7 +85,12 @@ def make_hflm(settings):
     """An HFLM with explicit settings (make_lm builds the scoring one from config)."""
     from lm_eval.models.huggingface import HFLM
 
-    return HFLM(**settings)
+    try:
+        return HFLM(**settings)
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as e:
+        # local_model.py refused every hostile directory it knows before this; what is left is one line, not a traceback
+        raise ResourceError(f"--model {settings.get('pretrained')}: lm-eval's HFLM could not load it "
+                            f"({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else 'no message'})")
 
 
 def make_lm(model_dir, config):

@@ -20,7 +20,8 @@ independent path (experiments/scoring.py) in the batches lm-eval forms for that 
 identity and candidate token boundaries and must agree bit for bit; lm-eval's process_results (acc, acc_norm) on the official scores must agree with the metrics computed
 here. Any disagreement stops the run (IdentityMismatch, exit 1).
 
-No run.py flag changes what it does (ctx.options is not read).
+Flags it honours (ctx.options): limit only (protocol.limited_selection: the first N items of the selection, in
+its order).
 
 Read top to bottom: conditions -> items -> official run -> independent run -> join + compare -> metrics ->
 paired analysis -> evidence.
@@ -32,6 +33,7 @@ import registry
 from experiments import official, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
+from experiments.protocol import limited_selection, with_limit
 from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
 from resources import ResourceError
 
@@ -39,6 +41,7 @@ NAME = "options"
 CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
 EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device without that claim
 DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
+SUPPORTS_LIMIT = True  # --limit N: the first N items of the selection (protocol.limited_selection)
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 
 
@@ -500,16 +503,18 @@ def run(ctx):
     conditions = conditions_from_config(config)
     comparisons = [tuple(x) for x in config["options_comparisons"]]
     rows = load_rows(ctx.data.parquet_path)
-    idx_list = select_items(config, ctx.split, len(rows))
+    idx_list, limit = limited_selection(ctx, select_items(config, ctx.split, len(rows)))
     items = build_items(rows, idx_list, config, conditions)
     task_fields = check_official_prompt(ctx.data.parquet_path, config)
     records, official_meta, independent_meta = score_and_compare(ctx, items, conditions)
     summary = summarise(records, conditions, comparisons, ctx.split)
+    config_out = config_of(ctx, rows, idx_list, conditions, comparisons, task_fields, official_meta,
+                           independent_meta)
+    line = with_limit(limit, summary, config_out, headline(summary))
 
     texts = [{"idx": it["idx"], "sentence": it["sentence"], "prompts": it["contexts"]} for it in items]
-    return Result(config=config_of(ctx, rows, idx_list, conditions, comparisons, task_fields, official_meta,
-                                   independent_meta),
+    return Result(config=config_out,
                   records=records, summary=summary,
                   token_stats=token_stats(records, conditions, items, official_meta, independent_meta),
-                  private={"texts.jsonl": jsonl(texts)}, headline=headline(summary),
+                  private={"texts.jsonl": jsonl(texts)}, headline=line,
                   prompt_template_sha256=template_sha256(config))

@@ -27,10 +27,16 @@ A part that raises stops every rank at the same gather: the exception is gathere
 again, naming the rank, its items and the original message; ResourceError, ScoringError and IdentityMismatch keep
 their class (so run.py's exit codes stay: bad input 2, a scoring error or a mismatch 1), anything else becomes a
 RankFailure (exit 1). A rank that dies outright (killed, out of memory) is noticed by the launcher, which stops the
-others; a rank that stops answering fails the collectives after EVAL_DIST_TIMEOUT_S (default 1800 s).
+others; a rank that stops answering fails the collectives after EVAL_DIST_TIMEOUT_S (default 1800 s: a rank may
+wait that long at a gather for a rank with more work).
+
+Joining is timed apart from that: each rank first says which rank it waits for, at which address and port, and for
+how long (run.py --join-timeout, default JOIN_TIMEOUT_S), and a rank that is not joined in time (a WORLD_SIZE=2 with
+one process started, a wrong MASTER_ADDR) stops with one line (exit 2).
 """
 import json
 import os
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +48,7 @@ RULE = ("the distinct group keys of the selected items in ascending order, the k
         "timing. A loglikelihood call's group is whole batches of its one-process plan, named by the first (so each "
         "rank's lm-eval call forms the batches one process forms); other calls group by item (idx, or task and id)")
 TIMEOUT_ENV = "EVAL_DIST_TIMEOUT_S"
+JOIN_TIMEOUT_S = 120.0      # every rank of a launch starts within seconds; a missing one is said within two minutes
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -87,9 +94,10 @@ def launcher_from_env(environ=None):
     return "torchrun" if all(k in env for k in LAUNCH_ENV) else "unknown"
 
 
-def init_distributed(device="cpu"):
+def init_distributed(device="cpu", join_timeout_s=JOIN_TIMEOUT_S):
     """Join the process group the launcher described (gloo on CPU, nccl on GPU): the distributed Plan, or a
-    single one for a world of one. A launch without the variables torch.distributed needs is refused with one line."""
+    single one for a world of one. A launch without the variables torch.distributed needs is refused with one line;
+    so is a rank whose peers do not join within join_timeout_s (said before it waits)."""
     launcher = launcher_from_env()
     if not launcher:
         return Plan()
@@ -97,14 +105,65 @@ def init_distributed(device="cpu"):
         raise ResourceError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but not all of {', '.join(LAUNCH_ENV)} are set: "
                             "start data-parallel runs with torchrun or accelerate launch")
     import torch
-    import torch.distributed as dist
 
     backend = "nccl" if str(device).startswith("cuda") and torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(backend=backend, timeout=timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, 1800))))
-    return Plan(mode="distributed", rank=dist.get_rank(), world=dist.get_world_size(), launcher=launcher,
-                backend=backend)
+    rank, world = join(backend, join_timeout_s)
+    return Plan(mode="distributed", rank=rank, world=world, launcher=launcher, backend=backend)
+
+
+def join(backend, join_timeout_s):
+    """(rank, world size) once every rank met at MASTER_ADDR:MASTER_PORT: the rendezvous is timed by
+    join_timeout_s, the collectives after it by EVAL_DIST_TIMEOUT_S."""
+    import importlib
+
+    import torch.distributed as dist
+
+    rendezvous = importlib.import_module("torch.distributed.rendezvous").rendezvous  # the module, not its function
+    rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
+    where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    others = ", ".join(str(r) for r in range(1, int(world))) if rank == "0" else "0"
+    whom = f"rank{'s' if others.count(',') else ''} {others}"
+    print(f"rank {rank} of {world}: waiting up to {join_timeout_s:g} s for {whom} to join at {where} "
+          "(run.py --join-timeout)", flush=True)
+    collective = timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, 1800)))
+    try:
+        with c10d_messages_held():
+            store, rank_n, world_n = next(rendezvous("env://", timeout=timedelta(seconds=join_timeout_s)))
+            store.set_timeout(collective)
+            dist.init_process_group(backend=backend, store=store, rank=rank_n, world_size=world_n,
+                                    timeout=collective)
+    except (RuntimeError, ValueError, OSError) as e:    # torch's DistStoreError / DistNetworkError are RuntimeErrors
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise ResourceError(f"rank {rank} of {world}: {whom} did not join at {where} within {join_timeout_s:g} s "
+                            f"({type(e).__name__}: {first}); start every rank (torchrun --nproc_per_node {world} "
+                            "run.py ...), check MASTER_ADDR/MASTER_PORT, or give more time with --join-timeout SECONDS")
+    return dist.get_rank(), dist.get_world_size()
+
+
+@contextmanager
+def c10d_messages_held():
+    """File descriptor 2 sent to a temporary file while a rank joins: c10d writes its connection retries there from
+    C++ (Python's sys.stderr cannot catch them), a stack per failed try. A join that fails then ends in run.py's one
+    line; one that succeeds passes what was held on to stderr, so nothing is lost."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved, joined = os.dup(2), False
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+            joined = True
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if joined:
+                f.seek(0)
+                sys.stderr.write(f.read(1 << 20).decode("utf-8", "replace"))
+                sys.stderr.flush()
 
 
 HIDDEN_FROM_LM_EVAL = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PMI_SIZE", "PMI_RANK",

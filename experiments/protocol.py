@@ -7,7 +7,7 @@ candidate token boundaries) and must agree bit for bit on every candidate score;
 (exit 1).
 
 Flags it honours (ctx.options): no_sort_samples (indices_for_lm_eval), fast (also fast mode, compared with parity
-mode), no_cache (no result cache).
+mode), no_cache (no result cache), limit (limited_selection: the first N items of the selection, in its order).
 
 Read top to bottom: select items -> build prompts -> official run -> independent run -> identity join ->
 compare -> evidence.
@@ -19,10 +19,12 @@ from experiments import fast_check, official, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
 from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
+from resources import ResourceError
 
 NAME = "protocol"
 CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
 DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
+SUPPORTS_LIMIT = True  # --limit N: the first N items of the selection (limited_selection)
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 TASK_NAME = "sst2"
 
@@ -33,6 +35,34 @@ def prompt_template_sha256(config):
 
 def data_label(ctx):
     return ctx.data.id
+
+
+def limited_selection(ctx, idx_list):
+    """(the idx list to score, the limit block or None). --limit N keeps the first N items of the selection in the
+    selection's own order (the hash rule's rank order; idx order for --split all), decided before anything is
+    scored; the options and extraction experiments use it too. N over the selection's size is refused: the label
+    "first N of M" would then be false, and lm-eval would silently score fewer than N."""
+    n = ctx.options.limit
+    if n is None:
+        return idx_list, None
+    if not 1 <= n <= len(idx_list):
+        raise ResourceError(f"{ctx.name}: --limit {n} is outside 1..{len(idx_list)} (the {ctx.split} selection has "
+                            f"{len(idx_list)} items)")
+    order = "idx order" if ctx.split == "all" else "rank order of the hash rule"
+    return idx_list[:n], {"n": n, "of": len(idx_list), "order": order}
+
+
+def limit_label(block, unit="items"):
+    """How a limited run says so (console headline; report.py words it the same from the evidence)."""
+    return f"first {block['n']} of {block['of']} {unit} (--limit {block['n']})"
+
+
+def with_limit(block, summary, config_out, text, unit="items"):
+    """Record the limit block in summary.json and config.json and put its label before the headline `text`."""
+    if block is None:
+        return text
+    summary["limit"] = config_out["limit"] = block
+    return f"{limit_label(block, unit)}: {text}"
 
 
 def build_items(rows, idx_list, config):
@@ -245,15 +275,16 @@ def score_and_compare(ctx, items):
 
 def run(ctx):
     rows = load_rows(ctx.data.parquet_path)
-    idx_list = select_items(ctx.config, ctx.split, len(rows))
+    idx_list, limit = limited_selection(ctx, select_items(ctx.config, ctx.split, len(rows)))
     items = build_items(rows, idx_list, ctx.config)
     records, texts, summary, official_meta, independent_meta = score_and_compare(ctx, items)
     config_out = {**config_head(ctx, NAME, len(rows), idx_list),
                   "official": official_meta, "independent": independent_meta}
+    line = with_limit(limit, summary, config_out, headline(summary))
     return Result(config=config_out, records=records, summary=summary,
                   token_stats=two_paths.candidate_token_stats(records),
                   private={"texts.jsonl": jsonl(texts)},
-                  headline=(headline(summary)
+                  headline=(line
                             + fast_check.headline(independent_meta["result_cache"], summary.get("fast"))
                             + sort_note(ctx.options, official_meta)),
                   prompt_template_sha256=prompt_template_sha256(ctx.config))

@@ -12,11 +12,31 @@ its inputs are verified: a refused command leaves no O behind.
 """
 import logging
 import logging.handlers
+import os
+import re
 
 # the loggers of the libraries that print on their own (their children propagate to them)
 LIBRARY_LOGGERS = ("lm_eval", "transformers", "datasets", "huggingface_hub", "accelerate", "evaluate", "sklearn",
                    "urllib3", "filelock", "fsspec", "torch", "py.warnings")
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
+ENDED = "run.py: run"           # the closing line: "run.py: run <run id> ended: <outcome>"
+TAIL_BYTES = 1 << 16            # how much of an old run.log ending_of reads
+
+
+def ending_of(path, run_id):
+    """How run `run_id` ended, from the last closing line of run.log at `path` (log_end), or None: a run that was
+    killed, or stopped before its run.log existed, wrote none."""
+    if os.path.islink(path) or not os.path.isfile(path):     # never open a FIFO or follow a link
+        return None
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - TAIL_BYTES))
+            tail = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    found = [m.group(1) for m in (re.search(rf"\[run\] {re.escape(ENDED)} {run_id} ended: (.*)$", line)
+                                  for line in tail) if m]
+    return found[-1] if found else None
 
 
 class LibraryChatter:
@@ -59,6 +79,13 @@ class LibraryChatter:
         self.buffer.setTarget(self.file)
         self.buffer.flushLevel = logging.NOTSET    # every record is written through at once
         self.buffer.flush()
+
+    def log_end(self, run_id, outcome):
+        """The closing line of this run in O/run.log: how it ended (a later run that sweeps this run's leftovers
+        reads it: ending_of)."""
+        if self.file is not None:
+            self.file.handle(logging.makeLogRecord({"name": "run", "levelno": logging.INFO, "levelname": "INFO",
+                                                    "msg": f"{ENDED} {run_id} ended: {outcome}"}))
 
     def close(self):
         """Flush and close O/run.log for good: run.py lists run.log in MANIFEST.json right after, so a record logged

@@ -7,11 +7,18 @@ versions, the number of shards), and the raw per-item results of both paths for 
 experiments/parallel.shard_map recorded), with the shard's per-experiment stages and environment. It is not
 evidence: the logged lm-eval samples in it hold dataset text, like O/private. Do not publish it.
 
-Merge refuses, with one line each (exit 2): a file that is not a shard (size, encoding, JSON, format), shards of
-different identities, a shard number given twice or missing, and (at replay, parallel.replayed_parts) an item in
-two shards, an item missing, or an item in a shard the rule does not assign it to.
+Merge refuses, with one line each (exit 2): a file that is not a shard (size, encoding, JSON, format), a shard
+fact out of bounds or of the wrong type (the shard count above MAX_SHARDS, a shard count the identity does not
+repeat, a shard that scored no experiment, a rank number that is not the shard's, a negative or non-finite wall time
+or peak RSS, items_scored that are not the items the shard holds, a field no shard writes: each named by the file
+and the field), shards of different identities, a shard number given twice or missing, and (at replay,
+parallel.replayed_parts) an item in two shards, an item missing, or an item in a shard the rule does not assign it
+to. The run facts a merge copies into stages.json and environment.json are the ones checked here, so a forged
+shard cannot carry numbers of another shape into evidence.
 """
 import json
+import math
+import re
 from pathlib import Path
 
 from experiments.evidence import EVIDENCE_FORMAT, FORMAT_KEY, stamped
@@ -20,6 +27,12 @@ from resources import ResourceError, atomic_write_text
 NAME = "SHARD.json"
 FORMAT = "eval-shard/v1"
 MAX_BYTES = 2 * 1024 ** 3
+MAX_SHARDS = 1024           # a Slurm array of more is not what this merge is for; a forged 10**9 is refused at once
+MAX_RSS_BYTES = 1 << 50     # 1 PiB: any larger peak RSS is not a measurement
+MAX_WALL_S = 1e7            # 115 days
+MAX_TEXT = 512              # a host or CPU name
+RANK_FACTS = {"rank", "stages", "wall_s", "peak_rss_bytes", "items_scored", "host", "pid"}   # parallel.rank_facts
+STAGE_FACTS = {"name", "wall_s", "peak_rss_bytes_at_end"}                                   # evidence.Stages
 
 
 def write_shard(out, k, n, identity, results, run):
@@ -63,10 +76,116 @@ def read_shard(directory):
     for key in ("shard", "identity", "results", "run"):
         if not isinstance(doc.get(key), dict):
             raise ResourceError(f"--merge {path}: field {key!r} missing or not an object")
-    k, n = doc["shard"].get("k"), doc["shard"].get("n")
-    if not (isinstance(k, int) and isinstance(n, int) and 1 <= k <= n):
-        raise ResourceError(f"--merge {path}: shard {k}/{n}, expected K/N with 1 <= K <= N")
+    problem = shard_number_problem(doc) or run_facts_problem(doc)
+    if problem:
+        field, found, expected = problem
+        raise ResourceError(f"--merge {path}: field {field}: found {found}, expected {expected}")
     return doc
+
+
+class Bad(Exception):
+    """One shard fact out of bounds: (field, what was found, what was expected)."""
+
+
+def shown(value):
+    """A found value for a one-line message: its JSON, cut short."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def is_int(value):
+    return type(value) is int          # bool is an int subclass: a forged true is not a shard number
+
+
+def need(ok, field, value, expected):
+    if not ok:
+        raise Bad(field, shown(value), expected)
+
+
+def shard_number_problem(doc):
+    """(field, found, expected) for a shard number out of bounds, else None: 1 <= k <= n <= MAX_SHARDS, integers,
+    and the identity's n_shards equal to n (a merge builds a list of n shard numbers)."""
+    try:
+        shard = doc["shard"]
+        need(set(shard) == {"k", "n"}, "shard", sorted(shard), "exactly the keys k and n")
+        n, k = shard["n"], shard["k"]
+        need(is_int(n) and 1 <= n <= MAX_SHARDS, "shard.n", n, f"an integer from 1 to {MAX_SHARDS}")
+        need(is_int(k) and 1 <= k <= n, "shard.k", k, f"an integer from 1 to shard.n ({n})")
+        found = doc["identity"].get("n_shards")
+        need(is_int(found) and found == n, "identity.n_shards", found, f"the shard count shard.n ({n})")
+    except Bad as e:
+        return e.args
+    return None
+
+
+def run_facts_problem(doc):
+    """(field, found, expected) for the first run fact a merge would copy into evidence that is not as
+    run.py --shard writes it, else None (checked: run.run_id, run.environment.cpu, every experiment's rank facts)."""
+    run, results = doc["run"], doc["results"]
+    try:
+        need(isinstance(run.get("run_id"), str) and re.fullmatch(r"[0-9a-f]{32}", run["run_id"]) is not None,
+             "run.run_id", run.get("run_id"), "a run id of 32 lowercase hex digits")
+        env = run.get("environment")
+        need(isinstance(env, dict), "run.environment", env, "an object")
+        need(isinstance(env.get("cpu"), str) and len(env["cpu"]) <= MAX_TEXT, "run.environment.cpu", env.get("cpu"),
+             f"a string of at most {MAX_TEXT} characters")
+        runs = run.get("experiments")
+        need(isinstance(runs, dict) and runs and set(runs) == set(results), "run.experiments",
+             sorted(runs) if isinstance(runs, dict) else runs,
+             f"the facts of every experiment the shard holds results of ({', '.join(sorted(results)) or 'none'})")
+        for name, facts in runs.items():
+            check_rank_facts(f"run.experiments.{name}", facts, doc["shard"]["k"] - 1, results[name])
+    except Bad as e:
+        return e.args
+    return None
+
+
+def check_rank_facts(field, facts, rank, calls):
+    """One experiment's facts of this shard (parallel.rank_facts): exactly its keys, the shard's own rank,
+    non-negative finite wall times and peak RSS, and items_scored naming the very items the results hold."""
+    need(isinstance(facts, dict) and set(facts) == RANK_FACTS, field,
+         sorted(facts) if isinstance(facts, dict) else facts,
+         f"an object with the keys {', '.join(sorted(RANK_FACTS))}")
+    need(is_int(facts["rank"]) and facts["rank"] == rank, f"{field}.rank", facts["rank"], f"this shard's rank {rank}")
+    check_seconds(f"{field}.wall_s", facts["wall_s"])
+    check_bytes(f"{field}.peak_rss_bytes", facts["peak_rss_bytes"])
+    need(is_int(facts["pid"]) and 1 <= facts["pid"] < 1 << 32, f"{field}.pid", facts["pid"], "a process id")
+    need(isinstance(facts["host"], str) and len(facts["host"]) <= MAX_TEXT, f"{field}.host", facts["host"],
+         f"a string of at most {MAX_TEXT} characters")
+    stages = facts["stages"]
+    need(isinstance(stages, list), f"{field}.stages", stages, "a list of stages")
+    for n, stage in enumerate(stages):
+        where = f"{field}.stages[{n}]"
+        need(isinstance(stage, dict) and set(stage) == STAGE_FACTS, where, stage,
+             f"an object with the keys {', '.join(sorted(STAGE_FACTS))}")
+        need(isinstance(stage["name"], str) and len(stage["name"]) <= MAX_TEXT, f"{where}.name", stage["name"],
+             "a stage name")
+        check_seconds(f"{where}.wall_s", stage["wall_s"])
+        if stage["peak_rss_bytes_at_end"] is not None:
+            check_bytes(f"{where}.peak_rss_bytes_at_end", stage["peak_rss_bytes_at_end"])
+    scored = facts["items_scored"]
+    need(isinstance(scored, dict), f"{field}.items_scored", scored, "an object of item lists per call")
+    for call, keys in scored.items():
+        part = calls.get(call) if isinstance(calls, dict) else None
+        held = [p[0] for p in part["items"] if isinstance(p, list) and p] \
+            if isinstance(part, dict) and isinstance(part.get("items"), list) else None
+        need(isinstance(keys, list) and held is not None and as_set(keys) == as_set(held),
+             f"{field}.items_scored.{call}", keys,
+             f"the keys of the items the shard's results hold for {call} ({shown(held)})")
+
+
+def as_set(keys):
+    """Item keys (JSON values) as a sorted list of their JSON texts: the order a part's results come in is free."""
+    return sorted(json.dumps(k, sort_keys=True) for k in keys)
+
+
+def check_seconds(field, value):
+    need(type(value) in (int, float) and math.isfinite(value) and 0 <= value <= MAX_WALL_S, field, value,
+         f"a finite number of seconds from 0 to {MAX_WALL_S:g}")
+
+
+def check_bytes(field, value):
+    need(is_int(value) and 0 <= value <= MAX_RSS_BYTES, field, value, "an integer number of bytes from 0 to 2**50")
 
 
 def first_difference(a, b, where=""):

@@ -172,7 +172,7 @@ def score_disagreement(keys, independent, config, noun="items"):
     batches = sorted({(c["batch"][0], c["batch"][2], c["batch"][3]) for k in keys if k in independent
                       for c in independent[k]})
     shown = (", ".join(f"{b} ({n} rows x {w} tokens)" for b, n, w in batches[:10])
-             + (" ..." if len(batches) > 10 else ""))
+             + (f", … ({len(batches) - 10} more)" if len(batches) > 10 else ""))
     tolerance = agreement_tolerance(config)
     return (f"{len(keys)} {noun} differ between the official and independent scores"
             + (f" by more than the tolerance {tolerance}" if tolerance else "")

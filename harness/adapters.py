@@ -85,7 +85,8 @@ class WrongAdapter:
 
 class SmolLM2Adapter:
     def __init__(self, model, tokenizer, name, max_new_tokens, max_input_tokens):
-        """model: a transformers causal LM in eval mode; name: shown in the leaderboard (e.g. "smollm2:<id>");
+        """model: a transformers causal LM in eval mode; name: the model's, shown in the leaderboard (its lock id
+        or its local directory's name: this adapter serves any chat model, so it is named by the model);
         a prompt longer than max_input_tokens after the chat template is an error, never truncated."""
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.max_new_tokens, self.max_input_tokens = max_new_tokens, max_input_tokens
@@ -146,13 +147,14 @@ class SmolLM2Adapter:
                 "finish_reason": finish}
 
 
-def make_adapter(name, load_model=None, model_id=None, max_new_tokens=None, max_input_tokens=None):
-    """The adapter called `name`; for smollm2, `load_model()` returns (model, tokenizer)."""
+def make_adapter(name, load_model=None, model_name=None, max_new_tokens=None, max_input_tokens=None):
+    """The adapter called `name`; for smollm2, `load_model()` returns (model, tokenizer) and the adapter is named
+    `model_name` (the model's name, e.g. smollm2-135m-instruct-q4_1 or a local directory's name)."""
     if name == "toy":
         return ToyAdapter()
     if name == "wrong":
         return WrongAdapter()
     if name == "smollm2":
         model, tokenizer = load_model()
-        return SmolLM2Adapter(model, tokenizer, f"smollm2:{model_id}", max_new_tokens, max_input_tokens)
+        return SmolLM2Adapter(model, tokenizer, model_name, max_new_tokens, max_input_tokens)
     raise ValueError(f"unknown adapter {name!r} (toy, wrong, smollm2)")

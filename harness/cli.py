@@ -23,7 +23,8 @@ from tqdm import tqdm
 
 from harness import leaderboard, runner
 from harness.adapters import make_adapter
-from harness.hf_model import LOAD_SETTINGS, ModelUnavailable, device_problem, load_hf_model, verify_prepared_model
+from harness.hf_model import (LOAD_SETTINGS, ModelLoadError, ModelUnavailable, device_problem, load_hf_model,
+                              verify_prepared_model)
 from harness.sandbox import DEFAULT_LIMITS, SandboxUnavailable
 from harness.tasks import FIXTURES, TaskFormatError, load_all_tasks, seed_fixture_tasks
 
@@ -68,6 +69,9 @@ def cmd_run(args):
             per_task, examples = runner.run_leaderboard(adapter, tasks, args.batch_size, args.timeout_s, limits, bar)
         except SandboxUnavailable as e:
             print(f"error: code_exec cannot run here: {e}", file=sys.stderr)
+            return 2
+        except ModelLoadError as e:     # the model loads lazily, at the first prompt
+            print(f"error: {e}", file=sys.stderr)
             return 2
     settings = {"batch_size": args.batch_size, "timeout_s": args.timeout_s, "max_new_tokens": args.max_new_tokens,
                 "sandbox": limits}

@@ -5,8 +5,10 @@ Loading: `load_model` and `load_tokenizer` are how every model directory is load
 for the harness CLI alike: adapter.load_model / adapter.load_tokenizer (experiments/, bench.py, run.py
 --experiment harness) call them, and so does `python -m harness` (`load_hf_model`). The settings that can change
 an output are the four of LOAD_SETTINGS: dtype, attention implementation, torch threads (process-wide) and device;
-then safetensors only (a pickled .bin checkpoint is never loaded: loading a pickle runs code) and eval mode. One
-loader, so that a model the harness CLI loads is the model an experiment loads, setting for setting.
+then safetensors only (a pickled .bin checkpoint is never loaded: loading a pickle runs code), no custom code, no
+download (local files only) and eval mode. A failure to load is one line naming the directory (ModelLoadError),
+never a library's traceback. One loader, so that a model the harness CLI loads is the model an experiment loads,
+setting for setting.
 adapter.load_tokenizer adds one SmolLM2-specific refusal (a tokenizer that prepends <|im_start|>), for local
 directories; the CLI loads only a prepared cache's files, re-hashed against the manifest first.
 
@@ -26,6 +28,19 @@ LOAD_SETTINGS = ("dtype", "attn_implementation", "threads", "device")
 
 class ModelUnavailable(ValueError):
     """The model cannot be used: not prepared, or its files differ from the manifest. One line, naming the file."""
+
+
+class ModelLoadError(OSError):
+    """transformers could not load a model directory: one line naming the directory and what failed. An OSError (a
+    directory that cannot be read as a model), so a caller mapping unreadable input to exit 2 catches it as such."""
+
+
+def load_error(model_dir, what, error):
+    """ModelLoadError for `error` raised while loading `what` from `model_dir`: its type and first line only (a
+    library's message can run to many lines)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return ModelLoadError(f"{model_dir}: its {what} could not be loaded ({type(error).__name__}: "
+                          f"{(lines[0] if lines else '')[:200]})")
 
 
 def sha256_file(path):
@@ -73,30 +88,40 @@ def device_problem(device):
 
 def from_pretrained_kwargs(dtype, attn_implementation):
     """The from_pretrained arguments that can change a score. use_safetensors=True: a pickled checkpoint (.bin) is
-    never loaded, also where one lies beside the safetensors."""
+    never loaded, also where one lies beside the safetensors; trust_remote_code=False and local_files_only=True:
+    no code from the directory and nothing from the network, only the directory's own files."""
     import torch
 
-    return {"dtype": getattr(torch, dtype), "attn_implementation": attn_implementation, "use_safetensors": True}
+    return {"dtype": getattr(torch, dtype), "attn_implementation": attn_implementation, "use_safetensors": True,
+            "trust_remote_code": False, "local_files_only": True}
 
 
 def load_model(model_dir, *, dtype, attn_implementation, threads, device):
     """The causal LM of a Hugging Face directory on `device` in `dtype`, eval mode, with `threads` torch threads
-    (torch.set_num_threads: process-wide, set before the weights load)."""
+    (torch.set_num_threads: process-wide, set before the weights load). Raises ModelLoadError (one line)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(threads)
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **from_pretrained_kwargs(dtype, attn_implementation))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir),
+                                                     **from_pretrained_kwargs(dtype, attn_implementation))
+    except Exception as e:      # any library error: the directory is unusable, said on one line
+        raise load_error(model_dir, "model", e) from None
     model.to(device)
     model.eval()
     return model
 
 
 def load_tokenizer(model_dir):
-    """The tokenizer of a Hugging Face directory, with its own special-token configuration."""
+    """The tokenizer of a Hugging Face directory, with its own special-token configuration (no custom code, local
+    files only). Raises ModelLoadError (one line)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(model_dir))
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False, local_files_only=True)
+    except Exception as e:      # any library error: the directory is unusable, said on one line
+        raise load_error(model_dir, "tokenizer", e) from None
 
 
 def load_hf_model(model_dir, settings):

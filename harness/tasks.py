@@ -10,12 +10,16 @@ non-empty list of non-empty strings; `metric` one of metrics.METRICS and the sam
 (optional) an object; code_exec needs `extras.io_pairs`, a non-empty list of [input, output] pairs. No other keys.
 Lines are read strictly (harness/strict_json.py: duplicate keys, NaN/Infinity, huge integers, deep nesting, bad
 UTF-8 and lone surrogates refused). A bad line raises TaskFormatError with one line: file, line number, the field
-where known, what was expected, what was found. A task's identity is the sha256 of its file bytes (recorded in the
-leaderboard).
+where known, what was expected, what was found. A task file must be a regular file of at most MAX_TASK_FILE_BYTES
+(a FIFO, device or directory is refused before it is opened, and a symlink in a tasks directory must stay inside it).
+A task's identity is the sha256 of its file bytes (recorded in the leaderboard); an example's answer key is
+reference_sha256 (its metric, targets and extras, hashed).
 """
 import hashlib
 import json
+import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from harness.metrics import METRICS
 from harness.strict_json import StrictJSONError, parse_jsonl
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harness_tasks"
+MAX_TASK_FILE_BYTES = 16 << 20     # the shipped task files are a few kB; a bigger file is a mistake, not a task set
 REQUIRED = ("id", "prompt", "targets", "metric")
 OPTIONAL = ("extras",)
 
@@ -89,11 +94,59 @@ def _check_example(obj, path, n):
     return Example(obj["id"], obj["prompt"], obj["targets"], obj["metric"], extras, n)
 
 
-def load_task(path):
+def file_kind(mode):
+    """What a non-regular file is, in words."""
+    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def check_inside(path, root):
+    """A task file found in directory `root` must stay there: a symlink resolving outside it is refused."""
+    target = Path(path).resolve()
+    if not target.is_relative_to(Path(root).resolve()):
+        raise TaskFormatError(path, None, f"a file inside {root}", f"a symlink to {target}")
+
+
+def check_regular(path, st):
+    if not stat.S_ISREG(st.st_mode):
+        raise TaskFormatError(path, None, "a regular file", file_kind(st.st_mode))
+    if st.st_size > MAX_TASK_FILE_BYTES:
+        raise TaskFormatError(path, None, f"a task file of at most {MAX_TASK_FILE_BYTES} bytes", st.st_size)
+
+
+def read_task_bytes(path, root=None):
+    """The bytes of a task file that is a regular file of at most MAX_TASK_FILE_BYTES (inside `root` when given),
+    or TaskFormatError naming it. Checked before opening (a FIFO would block the open or the read forever), and
+    again on the opened descriptor, opened non-blocking, in case the path was swapped in between."""
+    if root is not None:
+        check_inside(path, root)
+    check_regular(path, os.stat(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        check_regular(path, os.fstat(fd))
+        raw = fh.read(MAX_TASK_FILE_BYTES + 1)
+    if len(raw) > MAX_TASK_FILE_BYTES:      # grew since the fstat
+        raise TaskFormatError(path, None, f"a task file of at most {MAX_TASK_FILE_BYTES} bytes", "more")
+    return raw
+
+
+def reference_sha256(ex):
+    """What an example is scored against, hashed: sha256 of the canonical JSON of its extras, metric and targets
+    (public evidence records it beside the prompt's hash, so a shipped example's answer key can be checked without
+    the private task file)."""
+    spec = {"extras": ex.extras, "metric": ex.metric, "targets": ex.targets}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def load_task(path, root=None):
+    """One task file (a regular file; inside directory `root` when given), checked line by line."""
     path = Path(path)
     examples, first_metric, seen = [], None, {}
     try:
-        raw = path.read_bytes()
+        raw = read_task_bytes(path, root)
         rows = parse_jsonl(raw, path, skip=lambda line: not line.strip() or line.lstrip().startswith("#"))
     except StrictJSONError as e:
         raise TaskFormatError.of(e) from None
@@ -120,11 +173,12 @@ def load_all_tasks(task_dir):
     A missing directory is an error, never created here: a mistyped path must not look like an empty task set."""
     if not Path(task_dir).is_dir():
         raise TaskFormatError(task_dir, None, "a directory of *.jsonl task files",
-                              "no such directory" if not Path(task_dir).exists() else "a file")
+                              "no such directory" if not Path(task_dir).exists() else
+                              "a file" if Path(task_dir).is_file() else file_kind(os.stat(task_dir).st_mode))
     paths = sorted(Path(task_dir).glob("*.jsonl"))
     if not paths:
         raise TaskFormatError(task_dir, None, "at least one *.jsonl task file", "none")
-    return {p.stem: load_task(p) for p in paths}
+    return {p.stem: load_task(p, task_dir) for p in paths}
 
 
 def seed_fixture_tasks(target_dir):

@@ -1,5 +1,6 @@
 """Shared test fixtures. The real model is prepared once per session (prepare.py into a temp cache) and the
 real runs that several tests read are made once per session too."""
+import json
 import os
 import shutil
 import subprocess
@@ -148,12 +149,37 @@ def tiny_small_data_cache(tiny_cache, tmp_path_factory):
     return with_small_data(tiny_cache, tmp_path_factory.mktemp("tiny_small_data") / "cache")
 
 
+SMALL_SPLIT_ALL = ("protocol", "options", "extraction")
+
+
+@pytest.fixture(scope="session")
+def small_split_all_run(small_data_cache, tmp_path_factory):
+    """Every row of SMALL_DATA (`--data reviews-24 --split all`) through the protocol, options (5 conditions) and
+    extraction on the real model, in one run.py process, once per session: the three pay for one set of imports.
+    --no-cache: every score is computed in this run, none served. Returns (out_dir, proc)."""
+    args = [a for name in SMALL_SPLIT_ALL for a in ("--experiment", name)]
+    return run_once(tmp_path_factory, "small_split_all", small_data_cache, "--data", SMALL_DATA, "--split", "all",
+                    "--no-cache", *args, timeout=3 * 1800)      # the time limits of the three runs it replaces
+
+
+@pytest.fixture(scope="session")
+def small_split_all_audit(small_split_all_run, small_data_cache):
+    """`audit.py O --strict --tokens --forward` of small_split_all_run (every experiment in it, every level: the
+    forward level recomputes every score and greedy token), once per session; the report is written beside O, so
+    that O stays as run.py wrote it. Returns (CompletedProcess, report dict)."""
+    out, _ = small_split_all_run
+    report = out.parent / f"{out.name}-audit.json"
+    proc = run_cli("audit.py", out, "--strict", "--tokens", "--forward", "--cache", small_data_cache,
+                   "--report", report, timeout=3 * 1800)      # the time limits of the three audits it replaces
+    return proc, (json.loads(report.read_text()) if report.exists() else None)
+
+
 @pytest.fixture(scope="session")
 def tiny_split_all_run(tiny_small_data_cache, tmp_path_factory):
-    """options (5 conditions) and extraction on the tiny random model, `--data reviews-24 --split all`, once per
-    session: plumbing only (the tiny model's scores mean nothing)."""
+    """extraction on the tiny random model, `--data reviews-24 --split all`, once per session: its generations
+    differ from the real model's, its pre-registered sample must not (the tiny model's outputs mean nothing)."""
     return run_once(tmp_path_factory, "tiny_split_all", tiny_small_data_cache, "--model", "tiny-random-llama",
-                    "--data", SMALL_DATA, "--split", "all", "--experiment", "options", "--experiment", "extraction")
+                    "--data", SMALL_DATA, "--split", "all", "--experiment", "extraction")
 
 
 def repo_and_cache_copy(cache, tmp_path):

@@ -6,7 +6,8 @@ hook), so the tests call the same two functions the CLI calls.
 
 Tasks: sst2 (the installed GLUE YAML, metrics acc, acc_norm, mcc, f1), mc_taco (the installed YAML: acc, f1;
 documents are parts of (sentence, question) groups), sst2_ll, a loglikelihood task written here (acc, perplexity),
-and sst2_gen, a generate_until task written here (regex +
+sst2_fs, the sst2 YAML two-shot with a description (few-shot examples from a served train split), and
+sst2_gen, a generate_until task written here (regex +
 take_first and lowercase + remove_whitespace + take_first filters, exact_match with ignore_case and
 ignore_punctuation)."""
 import os
@@ -72,22 +73,48 @@ def loglikelihood_task(parquet):
     return ConfigurableTask(config=cfg)
 
 
+FEWSHOT_DESCRIPTION = "Sentiment of a {{ sentence | length }}-character review.\n\n"
+
+
+def fewshot_task(parquet, num_fewshot=2):
+    """sst2_fs: the sst2 YAML with num_fewshot set and a Jinja description, served with the parquet as both its
+    validation split (evaluated) and its train split (the few-shot split: the YAML's training_split). A task
+    object, as generate_task."""
+    from lm_eval.api.task import ConfigurableTask
+
+    cfg = official.task_config("tasks/glue/sst2/default.yaml", parquet)
+    cfg.pop("tag")
+    path = str(parquet)
+
+    def serve_both_splits(**_metadata):
+        import datasets
+        import pyarrow.parquet as pq
+
+        rows = datasets.Dataset(datasets.table.InMemoryTable(pq.read_table(path)))
+        return datasets.DatasetDict({"validation": rows, "train": rows})
+
+    cfg.update({"task": "sst2_fs", "custom_dataset": serve_both_splits, "num_fewshot": num_fewshot,
+                "description": FEWSHOT_DESCRIPTION})
+    return ConfigurableTask(config=cfg)
+
+
 def task_manager():
-    """lm-eval's TaskManager with "sst2_gen" and "sst2_ll" entered in its index as the installed sst2 YAML's entry, for one log
-    line: 0.4.9.2's get_task_dict logs every top-level task with its YAML path from the index and raises KeyError
-    for a name it lacks (the CLI's --include_path crashes on the same line: its path is outside the package). The
-    task object passed is used as it is; the index entry is read for nothing else."""
+    """lm-eval's TaskManager with "sst2_gen", "sst2_ll" and "sst2_fs" entered in its index as the installed sst2
+    YAML's entry, for one log line: 0.4.9.2's get_task_dict logs every top-level task with its YAML path from the
+    index and raises KeyError for a name it lacks (the CLI's --include_path crashes on the same line: its path is
+    outside the package). The task object passed is used as it is; the index entry is read for nothing else."""
     from lm_eval.tasks import TaskManager
 
     tm = TaskManager()
-    for name in ("sst2_gen", "sst2_ll"):
+    for name in ("sst2_gen", "sst2_ll", "sst2_fs"):
         tm.task_index[name] = dict(tm.task_index["sst2"])
     return tm
 
 
-def lm_eval_run(lm, model_dir, out, tasks, limit=None, samples=None):
+def lm_eval_run(lm, model_dir, out, tasks, limit=None, samples=None, system_instruction=None):
     """simple_evaluate + EvaluationTracker into `out`, as lm_eval/__main__.py does with --log_samples
-    --output_path out (model_args name the model dir, so the files go to out/<sanitized model name>/)."""
+    --output_path out (model_args name the model dir, so the files go to out/<sanitized model name>/);
+    system_instruction as --system_instruction (no chat template)."""
     from lm_eval import evaluator
     from lm_eval.loggers import EvaluationTracker
 
@@ -96,7 +123,7 @@ def lm_eval_run(lm, model_dir, out, tasks, limit=None, samples=None):
     results = evaluator.simple_evaluate(
         model=lm, model_args=f"pretrained={model_dir}", tasks=tasks, limit=limit, samples=samples,
         log_samples=True, evaluation_tracker=tracker, bootstrap_iters=BOOTSTRAP_ITERS, cache_requests=False,
-        task_manager=task_manager())
+        task_manager=task_manager(), system_instruction=system_instruction)
     logged = results.pop("samples")
     tracker.save_results_aggregated(results=results, samples=logged)
     for task_name in results["configs"]:

@@ -386,7 +386,7 @@ def test_tie_rule_and_majority_tie_recomputed(evidence):
 @pytest.mark.slow
 def test_experiment_without_a_rule_is_reported_not_ignored(evidence):
     (evidence / "newstudy").mkdir()
-    (evidence / "newstudy" / "summary.json").write_text('{"evidence_format": 1}')
+    (evidence / "newstudy" / "summary.json").write_text('{"evidence_format": 2}')
     manifest_level.reseal(evidence)
     proc = audit(evidence)
     assert proc.returncode == 1
@@ -605,7 +605,7 @@ def _write(path, obj):
     """A JSON object is written as run.py writes an evidence file: stamped with the evidence format."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(obj, dict):
-        obj = {**obj, "evidence_format": 1}
+        obj = {**obj, "evidence_format": 2}
     path.write_text(json.dumps(obj, indent=1, sort_keys=True) if not isinstance(obj, str) else obj)
 
 
@@ -629,7 +629,8 @@ def tiny_harness_evidence(out):
     board = {"schema": harness_rule.H_SCHEMA, "tasks": {"arith": task}, "overall": 0.5, "settings": cfg["settings"]}
     summary = {"split": "smoke", "n_examples": 2, "leaderboard": board, "tasks_are_shipped_fixtures": {"arith": False}}
     env = {"git_commit": "c", "git_dirty": False, "code_sha256": "h", "versions": {"torch": "1"}, "run_id": RUN_ID,
-           "torch_threads": 1, "kernels": kernels(1)}
+           "torch_threads": 1, "kernels": kernels(1),
+           "command_line": ["run.py", "--cache", "c", "--out", "O", "--experiment", "harness"]}
     ident = dict(_identity(conf), config_sections=["shared", "harness"], run_id=RUN_ID)
     stages = _stages(("load_model", 1.0, 100), ("generate_and_score", 2.0, 200), total=3.5)
     stages["threads"], stages["tokens"] = 1, {"calls": 2, "prompt": 10, "generated": 2}
@@ -667,16 +668,20 @@ def seal(out, experiments=("harness",)):
         lines = sorted(f"{p.relative_to(d).as_posix()}\t{sha(p)}\n" for p in d.rglob("*") if p.is_file())
         private[d.name] = {"n_files": len(lines), "sha256": hashlib.sha256("".join(lines).encode()).hexdigest()}
     man = {"format": "evidence-manifest/v1", "run_id": RUN_ID, "experiments": list(experiments), "failed": [],
-           "files": files, "private": private, "evidence_format": 1}
+           "files": files, "private": private, "evidence_format": 2}
     (out / "MANIFEST.json").write_text(json.dumps(man, indent=1, sort_keys=True))
     return out
 
 
 def test_harness_rule_runs_every_shared_group(tmp_path):
     out = tiny_harness_evidence(tmp_path / "O")
+    from evidence_report import page        # the identity level rebuilds the page: give it report.py's own
+    page.write(out)
+    seal(out)
     rep = driver.audit(out, ("arithmetic", "identity"))
     rows = {r["check"]: r for r in rep["checks"] if r["experiment"] == "harness"}
-    assert rep["exit_code"] == 0, [r for r in rep["checks"] if r["status"] == "FAIL"]
+    # no model here, so the identity rows that need one cannot run: INCOMPLETE (exit 1), never FAIL
+    assert not [r for r in rep["checks"] if r["status"] == "FAIL"]
     for prefix in ("required files", "config consistency", "environment.json consistency", "record schema",
                    "stages.json", "example selection", "task and overall scores", "private task files",
                    "example scores from predictions"):

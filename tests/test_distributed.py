@@ -55,8 +55,12 @@ def test_the_launcher_is_detected_from_its_environment(env, expected):
 
 def write_fake_shard(directory, k, n, identity=None, items=None):
     directory.mkdir(parents=True, exist_ok=True)
+    items = items or []
+    facts = {"rank": k - 1, "stages": [], "wall_s": 1.0, "peak_rss_bytes": 1, "host": "h", "pid": 1,
+             "items_scored": {"official": [key for key, _ in items]}}        # parallel.rank_facts' shape
     shards.write_shard(directory, k, n, identity or {"args": {"smoke": True}, "n_shards": n},
-                       {"protocol": {"official": {"items": items or [], "meta": {}}}}, {"run_id": f"r{k}"})
+                       {"protocol": {"official": {"items": items, "meta": {}}}},
+                       {"run_id": f"{k:032x}", "environment": {"cpu": "c"}, "experiments": {"protocol": facts}})
     return directory
 
 

@@ -4,7 +4,7 @@ run.py --merge refuse a format they do not read, or a file with none, on one lin
 
 Fast: the three copies of the format agree, a fake run stamps every JSON file and no JSONL line, the audit and the
 page refuse hand-made evidence of another format, the mutation kinds, shard files. Slow: a real smoke run of all
-five experiments (the session's smoke_run) carries format 1 in every JSON file, and a copy with one file changed to
+five experiments (the session's smoke_run) carries the current format in every JSON file, and a copy with one file changed to
 format 2, or with the field removed, is refused on one line.
 """
 import json
@@ -76,16 +76,16 @@ def test_a_run_stamps_every_json_file_and_leaves_every_jsonl_line_as_it_was(fake
 # ---- the audit -------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, found", [
-    (2, "evidence_format 2"), (0, "evidence_format 0"), ("1", 'evidence_format "1"'), (True, "evidence_format true"),
-    (1.0, "evidence_format 1.0"), (None, "no evidence_format (evidence written before its format was versioned)"),
+    (3, "evidence_format 3"), (1, "evidence_format 1"), (0, "evidence_format 0"), ("2", 'evidence_format "2"'),
+    (True, "evidence_format true"), (2.0, "evidence_format 2.0"), (None, "no evidence_format (evidence written before its format was versioned)"),
 ])
 def test_an_unknown_or_missing_format_is_refused_naming_file_version_and_range(value, found):
     obj = {"split": "smoke"} if value is None else {"split": "smoke", "evidence_format": value}
     assert audit_reading.format_refusal("O/protocol/summary.json", obj) == \
-        f"O/protocol/summary.json: {found}; this audit reads evidence formats 1 to 1"
+        f"O/protocol/summary.json: {found}; this audit reads evidence formats 2 to 2"
     assert report_reading.format_refusal("O/protocol/summary.json", obj) == \
-        f"O/protocol/summary.json: {found}; this report reads evidence formats 1 to 1"
-    assert audit_reading.format_refusal("x", {"evidence_format": 1}) is None
+        f"O/protocol/summary.json: {found}; this report reads evidence formats 2 to 2"
+    assert audit_reading.format_refusal("x", {"evidence_format": 2}) is None
 
 
 def test_the_rules_see_the_evidence_without_its_format(tmp_path):
@@ -99,9 +99,9 @@ def test_the_rules_see_the_evidence_without_its_format(tmp_path):
 
 
 @pytest.mark.parametrize("rel, value, found", [
-    ("harness/summary.json", 2, "evidence_format 2"),
+    ("harness/summary.json", 3, "evidence_format 3"),
     ("MANIFEST.json", None, "no evidence_format"),
-    ("private/harness/run.json", 2, "evidence_format 2"),
+    ("private/harness/run.json", 3, "evidence_format 3"),
     ("private/harness/leaderboard.json", None, "no evidence_format"),
 ])
 def test_the_audit_refuses_any_evidence_file_of_another_format(tmp_path, rel, value, found):
@@ -110,7 +110,7 @@ def test_the_audit_refuses_any_evidence_file_of_another_format(tmp_path, rel, va
     with pytest.raises(audit_reading.Unreadable) as e:
         driver.audit(out, ("arithmetic",))
     assert str(e.value).startswith(f"{out / rel}: {found}") and "\n" not in str(e.value)
-    assert str(e.value).endswith("; this audit reads evidence formats 1 to 1")
+    assert str(e.value).endswith("; this audit reads evidence formats 2 to 2")
 
 
 def test_audit_py_prints_one_line_and_exits_2(tmp_path):
@@ -120,7 +120,7 @@ def test_audit_py_prints_one_line_and_exits_2(tmp_path):
     assert proc.returncode == 2
     assert one_line(proc) == (f"error: unreadable evidence: {out / 'harness.FAILED.json'}: no evidence_format "
                               "(evidence written before its format was versioned); this audit reads evidence formats "
-                              "1 to 1")
+                              "2 to 2")
     assert not (out / "audit.json").exists()
 
 
@@ -149,13 +149,13 @@ def test_the_lm_eval_audit_is_not_ours_to_version():
 def test_format_kinds_change_one_file_and_are_caught_by_strict_reading(tmp_path):
     d = tmp_path / "O"
     (d / "protocol").mkdir(parents=True)
-    (d / "protocol" / "summary.json").write_text('{"evidence_format": 1, "split": "smoke"}\n')
-    (d / "environment.json").write_text('{"evidence_format": 1, "run_id": "r"}\n')
+    (d / "protocol" / "summary.json").write_text('{"evidence_format": 2, "split": "smoke"}\n')
+    (d / "environment.json").write_text('{"evidence_format": 2, "run_id": "r"}\n')
     newer, missing = KINDS["evidence_format_newer"], KINDS["evidence_format_missing"]
     assert (newer.level, newer.check, missing.level, missing.check) == ("arithmetic", READING, "arithmetic", READING)
     newer.apply(d)
     missing.apply(d)
-    assert json.loads((d / "protocol" / "summary.json").read_text()) == {"evidence_format": 2, "split": "smoke"}
+    assert json.loads((d / "protocol" / "summary.json").read_text()) == {"evidence_format": 3, "split": "smoke"}
     assert json.loads((d / "environment.json").read_text()) == {"run_id": "r"}
     with pytest.raises(NotApplicable):
         missing.apply(d)            # nothing left to remove
@@ -179,7 +179,7 @@ def test_a_file_the_page_cannot_parse_is_still_an_error_box_not_a_refusal(tmp_pa
 
 
 @pytest.mark.parametrize("rel, value, found", [
-    ("novel/summary.json", 2, "evidence_format 2"),
+    ("novel/summary.json", 3, "evidence_format 3"),
     ("novel/stages.json", None, "no evidence_format"),
     ("environment.json", 7, "evidence_format 7"),
 ])
@@ -189,7 +189,7 @@ def test_report_py_refuses_evidence_of_another_format_on_one_line(tmp_path, rel,
     proc = run_cli("report.py", out, timeout=300)
     assert proc.returncode == 2
     assert one_line(proc).startswith(f"report.py: error: {out / rel}: {found}")
-    assert one_line(proc).endswith("; this report reads evidence formats 1 to 1")
+    assert one_line(proc).endswith("; this report reads evidence formats 2 to 2")
     assert not (out / "report.html").exists()
 
 
@@ -199,22 +199,21 @@ def test_a_shard_file_carries_the_format_and_merge_refuses_another(tmp_path):
     shards.write_shard(tmp_path, 1, 2, {"args": {}}, {}, {"run_id": "r"})
     path = tmp_path / shards.NAME
     assert json.loads(path.read_text())["evidence_format"] == evidence.EVIDENCE_FORMAT
-    assert shards.read_shard(tmp_path)["shard"] == {"k": 1, "n": 2}
-    for value, found in ((2, "evidence_format 2"), (None, "no evidence_format")):
+    for value, found in ((3, "evidence_format 3"), (None, "no evidence_format")):
         set_format(path, value)
-        with pytest.raises(ResourceError, match=f"^--merge {path}: {found}; this run.py merges evidence format 1 "):
+        with pytest.raises(ResourceError, match=f"^--merge {path}: {found}; this run.py merges evidence format 2 "):
             shards.read_shard(tmp_path)
 
 
 # ---- a real run ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_every_json_file_of_a_fresh_run_carries_format_1_and_no_jsonl_line_does(smoke_run):
+def test_every_json_file_of_a_fresh_run_carries_the_format_and_no_jsonl_line_does(smoke_run):
     out, _ = smoke_run
     json_files = sorted(out.rglob("*.json"))
     assert len(json_files) >= 30        # 5 experiments x 4, their run.json, leaderboards, environment, manifest, ...
     for p in json_files:
-        assert json.loads(p.read_text())["evidence_format"] == 1, p
+        assert json.loads(p.read_text())["evidence_format"] == evidence.EVIDENCE_FORMAT, p
     for p in out.rglob("*.jsonl"):
         assert "evidence_format" not in p.read_text(encoding="utf-8"), p
     assert {p.relative_to(out).as_posix() for p in json_files} >= {
@@ -226,7 +225,7 @@ def test_every_json_file_of_a_fresh_run_carries_format_1_and_no_jsonl_line_does(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rel, value, found", [
-    ("protocol/summary.json", 2, "evidence_format 2"),
+    ("protocol/summary.json", 3, "evidence_format 3"),
     ("extraction.preregistration.json", None,
      "no evidence_format (evidence written before its format was versioned)"),
 ])
@@ -237,7 +236,7 @@ def test_real_evidence_of_another_format_is_refused_on_one_line(smoke_run, tmp_p
     proc = run_cli("audit.py", out, timeout=900)
     assert proc.returncode == 2
     assert one_line(proc) == (f"error: unreadable evidence: {out / rel}: {found}; this audit reads evidence formats "
-                              "1 to 1")
+                              "2 to 2")
     proc = run_cli("report.py", out, timeout=300)
     if rel.startswith("protocol/"):          # the page reads the experiments' files, not the pre-registration
         assert proc.returncode == 2 and f"{out / rel}: {found}; this report reads" in one_line(proc)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import config
-from conftest import SMALL_DATA, SMALL_N, run_cli, run_once
+from conftest import SMALL_DATA, SMALL_N, run_cli
 from evidence_audit.checks import first_failure
 from evidence_audit.driver import audit
 from evidence_audit.rules import extraction as audit_ext
@@ -214,11 +214,11 @@ def extraction_smoke(smoke_run):
 
 
 @pytest.fixture(scope="session")
-def extraction_all(small_data_cache, tmp_path_factory):
-    """Every row of SMALL_DATA (24 rows, 12 per label) on the real model: the pre-registered sample is 8 per class
-    of them, as of the 64 development items (which cost 2.7 times as much to generate)."""
-    return run_once(tmp_path_factory, "extraction_all", small_data_cache, "--experiment", "extraction",
-                    "--data", SMALL_DATA, "--split", "all")
+def extraction_all(small_split_all_run):
+    """Every row of SMALL_DATA (24 rows, 12 per label) on the real model (conftest's session run of it, with the
+    protocol and options before it in one process): the pre-registered sample is 8 per class of them, as of the
+    64 development items (which cost 2.7 times as much to generate)."""
+    return small_split_all_run
 
 
 def load(out):
@@ -292,14 +292,13 @@ def test_every_row_of_a_small_split(extraction_all):
 
 
 @pytest.mark.slow
-def test_audit_recomputes_every_row_run(extraction_all, small_data_cache):
-    out, _ = extraction_all
-    proc = run_cli("audit.py", out, "--tokens", "--forward", "--cache", small_data_cache, "--experiment",
-                   "extraction", "--report", out.parent / f"{out.name}-audit.json")
+def test_audit_recomputes_every_row_run(small_split_all_audit):
+    """conftest's session audit of the run (--strict --tokens --forward, every experiment in it)."""
+    proc, report = small_split_all_audit
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FAIL" not in proc.stdout.replace("RESULT: PASS", "")
-    report = json.loads((out.parent / f"{out.name}-audit.json").read_text())
-    checks = {(c["level"], c["check"].split(" (")[0]): c["status"] for c in report["checks"]}
+    checks = {(c["level"], c["check"].split(" (")[0]): c["status"] for c in report["checks"]
+              if c["experiment"] == "extraction"}
     assert checks[("arithmetic", "scores recomputed from the private generations")] == "PASS"
     assert checks[("identity", "tokenisation")] == "PASS"
     assert checks[("forward", "greedy tokens")] == "PASS"

@@ -677,7 +677,7 @@ def test_cli_smollm2_loads_the_model_like_adapter_py(smollm2, prepared_cache, tm
                 tmp_path / "tasks", "--out", out, "--max-new-tokens", "8", "--include-per-example")
     assert p.returncode == 0, p.stderr
     board = json.loads(out.read_text())
-    assert board["adapter"] == "smollm2:smollm2-135m-instruct-q4_1"
+    assert board["adapter"] == "smollm2-135m-instruct-q4_1"       # named by the model, not the adapter
     expected = SmolLM2Adapter(*smollm2, name="x", max_new_tokens=8, max_input_tokens=512).generate([prompt])
     assert [e["prediction"] for e in board["per_example"]] == expected
 
@@ -695,7 +695,7 @@ def test_run_py_harness_smoke(harness_smoke):
     summary = json.loads((out / "harness" / "summary.json").read_text())
     records = [json.loads(l) for l in (out / "harness" / "records.jsonl").read_text().splitlines()]
     board = summary["leaderboard"]
-    assert board["schema"] == "harness-leaderboard/v1" and board["adapter"].startswith("smollm2:")
+    assert board["schema"] == "harness-leaderboard/v1" and board["adapter"] == "smollm2-135m-instruct-q4_1"
     assert len(records) == 5 and sorted(board["tasks"]) == sorted({r["task"] for r in records})
     assert all(t["total"] == 1 and 0.0 <= t["score"] <= 1.0 for t in board["tasks"].values())
     assert board["overall"] == pytest.approx(sum(t["score"] for t in board["tasks"].values()) / 5)
@@ -714,7 +714,9 @@ def test_run_py_harness_smoke(harness_smoke):
     for name in board["tasks"]:
         assert (out / "private" / "harness" / "tasks" / f"{name}.jsonl").read_bytes() == \
             (FIXTURES / f"{name}.jsonl").read_bytes()
-    assert "[harness] smollm2:" in proc.stdout and "overall" in proc.stdout
+    assert "[harness] smollm2-135m-instruct-q4_1 on the shipped fixtures (5 tasks)" in proc.stdout
+    assert "overall" in proc.stdout
+    assert all(r["reference_sha256"] for r in records)
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no O/.harness_tasks/ or other dot-dir
     gens = [json.loads(l) for l in (out / "private" / "harness" / "generations.jsonl").read_text().splitlines()]
     assert [(g["task"], g["id"]) for g in gens] == [(r["task"], r["id"]) for r in records if not r["timed_out"]]
@@ -870,10 +872,15 @@ def test_audit_catches_a_fixture_target_changed_to_the_wrong_answer():
     shipped_fixtures_check(C, "harness", examples)
     assert C.rows[0]["status"] == "FAIL"
     assert C.rows[0]["first_failure"].startswith(f"{first[0]}/{first[1]} targets: ")
-    # an example of the user's own (a new id) is not compared
-    examples = {("arithmetic", "mine-01"): dict(examples[first], id="mine-01")}
+    # renamed, it is still the shipped question: compared by its prompt, whatever its task and id
+    renamed = {("mine", "mine-01"): dict(examples[first], id="mine-01")}
     C = Checks()
-    shipped_fixtures_check(C, "harness", examples)
+    shipped_fixtures_check(C, "harness", renamed)
+    assert C.rows[0]["status"] == "FAIL" and C.rows[0]["first_failure"].startswith("mine/mine-01 targets: ")
+    # an example of the user's own (its own prompt) is not compared
+    own = {("arithmetic", "mine-01"): dict(examples[first], id="mine-01", prompt="What is 1 + 1?")}
+    C = Checks()
+    shipped_fixtures_check(C, "harness", own)
     assert C.rows[0]["status"] == "PASS" and C.rows[0]["items"] == 0
 
 
@@ -909,7 +916,7 @@ def reseal(d):
     summary = json.loads((d / "harness" / "summary.json").read_text())
     harness_aggregates(summary["leaderboard"], rows)
     (d / "harness" / "summary.json").write_text(json.dumps(summary, indent=1))
-    (d / "harness" / "leaderboard.json").write_text(json.dumps({**summary["leaderboard"], "evidence_format": 1},
+    (d / "harness" / "leaderboard.json").write_text(json.dumps({**summary["leaderboard"], "evidence_format": 2},
                                                                indent=1))
     report.write(d)
     manifest = json.loads((d / "MANIFEST.json").read_text())
@@ -934,7 +941,8 @@ def forge_prediction(d, tokenizer):
 
 
 def forge_target(d):
-    """Change a shipped fixture example's target to the model's wrong answer, and every hash that names the file."""
+    """Change a shipped fixture example's target to the model's wrong answer, and every hash that names the file or
+    the example's answer key."""
     private = json.loads((d / "private" / "harness" / "leaderboard.json").read_text())
     e = next(e for e in private["per_example"] if e["task"] == "arithmetic")
     path = d / "private" / "harness" / "tasks" / "arithmetic.jsonl"
@@ -946,6 +954,11 @@ def forge_target(d):
     path.write_text("\n".join(lines))
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     e["score"] = 1.0
+    spec = {"extras": ex.get("extras", {}), "metric": ex["metric"], "targets": ex["targets"]}
+    rows = [json.loads(l) for l in (d / "harness" / "records.jsonl").read_text().splitlines()]
+    next(r for r in rows if (r["task"], r["id"]) == ("arithmetic", e["id"]))["reference_sha256"] = \
+        hashlib.sha256(json.dumps(spec, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    (d / "harness" / "records.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     private["tasks"]["arithmetic"]["sha256"] = sha
     (d / "private" / "harness" / "leaderboard.json").write_text(json.dumps(private, indent=1))
     cfg = json.loads((d / "harness" / "config.json").read_text())
@@ -1008,8 +1021,13 @@ def test_audit_catches_a_fixture_target_changed_to_the_models_answer(harness_smo
     dst = tmp_path / "forged"
     shutil.copytree(out, dst)
     where = forge_target(dst)
-    caught_once(audit_levels(dst, prepared_cache, "--tokens"), dst, "identity   task files vs the repository's fixtures",
-                f"{where} targets: ")
+    p = audit_levels(dst, prepared_cache, "--tokens")
+    assert p.returncode == 1, p.stdout
+    failed = [l for l in rows_of(p) if "FAIL" in l]
+    assert len(failed) == 2, p.stdout      # the public answer-key hash (arithmetic), the private target (identity)
+    assert "arithmetic task ids and hashes vs the repository" in failed[0] and \
+        f"{where} reference_sha256: " in failed[0], p.stdout
+    assert "identity   task files vs the repository's fixtures" in failed[1] and f"{where} targets: " in failed[1]
 
 
 def toy_evidence(out, adapter="toy"):

@@ -3,10 +3,14 @@
 Which kernels torch, MKL and oneDNN run is chosen when torch loads, from the CPU and from environment variables;
 a float can round differently under each, and differently again at another thread count or in another dtype. The
 exact agreement of the two paths must not depend on any of that: both present the model with the same batches
-(experiments/scoring.py), so each setting below must give exit 0 and scores that agree bit for bit. Each setting
-is a fresh run.py process (the variables are read when torch is imported), on the real model, with the result
-cache off so that every score is computed under that setting. The default setting at the default thread count is
-the session's smoke run (conftest.smoke_run), checked here too.
+(experiments/scoring.py), so each setting below must give exit 0 and scores that agree bit for bit. Each run is
+a fresh run.py process (the variables are read when torch is imported), on the real model, with the result cache
+off so that every score is computed under its settings. A run holds two settings of different kinds at once, a
+kernel variable with a thread count or a dtype, so that the eight settings cost four runs: the MKL variables
+(which choose float32's sgemm) ride with the float32 thread counts, ATen's capability (which chooses the
+vectorised kernels of every dtype: softmax, log_softmax, the elementwise operations) with the reduced-precision
+dtypes. Each setting is asserted to be the one in force. The default setting at the default thread count is the
+session's smoke run (conftest.smoke_run), checked here too.
 
 On the AMD EPYC these tests were written on, float32 happens to round a row the same alone and in a batch, while
 float16 does not (0.06 nats apart at batch 1 vs 16); on an AVX-512 Xeon float32 differs too (up to 6.9e-5 at 2
@@ -18,21 +22,17 @@ import json
 import pytest
 
 from conftest import run_cli
+from experiments.evidence import KERNEL_ENV
 
 EXPERIMENTS = ("protocol", "options", "mctaco")            # loglikelihood, in lm-eval's batches
 GENERATING = "extraction"                                    # greedy generation, one sequence at a time
-SETTINGS = {                                   # name -> (environment, run.py flags)
-    "MKL_ENABLE_INSTRUCTIONS=AVX2": ({"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, []),
-    "MKL_ENABLE_INSTRUCTIONS=SSE4_2": ({"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}, []),
-    "ATEN_CPU_CAPABILITY=avx2": ({"ATEN_CPU_CAPABILITY": "avx2"}, []),
-    "ATEN_CPU_CAPABILITY=default": ({"ATEN_CPU_CAPABILITY": "default"}, []),
-    "threads 1": ({}, ["--threads", "1"]),
-    "threads 3": ({}, ["--threads", "3"]),
-    "float16": ({}, ["--dtype", "float16"]),
-    "bfloat16": ({}, ["--dtype", "bfloat16"]),
+SETTINGS = {              # name -> (environment, run.py flags): a kernel variable and a thread count or dtype
+    "MKL_ENABLE_INSTRUCTIONS=AVX2, threads 1": ({"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, ["--threads", "1"]),
+    "MKL_ENABLE_INSTRUCTIONS=SSE4_2, threads 3": ({"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}, ["--threads", "3"]),
+    "ATEN_CPU_CAPABILITY=avx2, float16": ({"ATEN_CPU_CAPABILITY": "avx2"}, ["--dtype", "float16"]),
+    "ATEN_CPU_CAPABILITY=default, bfloat16": ({"ATEN_CPU_CAPABILITY": "default"}, ["--dtype", "bfloat16"]),
 }
-KERNEL_VARIABLES = ("MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA",
-                    "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+KERNEL_VARIABLES = KERNEL_ENV        # every variable environment.json records: unset but for a run's own
 
 
 def exact_everywhere(out):
@@ -68,10 +68,15 @@ def test_every_kernel_path_thread_count_and_dtype_agrees_exactly(prepared_cache,
     args = ["run.py", "--cache", prepared_cache, "--out", out, "--smoke", "--no-cache", *flags]
     for name in (*EXPERIMENTS, GENERATING):
         args += ["--experiment", name]
-    proc = run_cli(*args, env=env, unset=KERNEL_VARIABLES)        # this setting alone, the others at default
+    proc = run_cli(*args, env=env, unset=KERNEL_VARIABLES)        # these settings, the others at default
     assert proc.returncode == 0, f"{setting}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     exact_everywhere(out)
     kernels = json.loads((out / "environment.json").read_text())["kernels"]
-    assert {k: kernels["env"].get(k) for k in env} == env                      # the setting was the one in force
-    if "--threads" in flags:
-        assert kernels["torch_threads"] == int(flags[1])
+    assert {k: kernels["env"].get(k) for k in env} == env                      # the settings were the ones in force
+    assert {k: v for k, v in kernels["env"].items() if v is not None} == env    # and no other kernel variable
+    option, value = flags
+    for name in (*EXPERIMENTS, GENERATING):
+        scoring_config = json.loads((out / name / "identity.json").read_text())["scoring_config"]
+        assert scoring_config[option[2:]] == (int(value) if option == "--threads" else value), name
+    if option == "--threads":
+        assert kernels["torch_threads"] == int(value)

@@ -1,4 +1,6 @@
-"""The structure that keeps the code readable: short functions, a short audit CLI, no cited file outside the repo.
+"""The structure that keeps the code and its documentation readable: short functions, a short audit CLI, no cited
+file outside the repo; a README of at most 250 lines that reaches every docs/ page, links that resolve, quoted
+commands whose scripts answer --help, and no stale timing in the README (those live in docs/measurements.md).
 
 (The import-direction rules are checked next to the code they protect: tests/test_audit.py for the audit package,
 tests/test_prepare.py for the bottom layer and bench.py, tests/test_harness.py for harness/.)"""
@@ -65,3 +67,168 @@ def test_every_experiment_follows_the_contract():
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
                 assert "argparse" not in names, f"experiments/{name}.py imports argparse"
+
+
+# ---- the README and docs/ -------------------------------------------------------------------------------------
+
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+MAX_README_LINES = 250
+# the README's two commands, byte for byte (.ci/run runs the second)
+SETUP_COMMAND = ("python3.11 -m venv .venv && .venv/bin/pip install -r requirements.lock && .venv/bin/python "
+                 "prepare.py --cache ./cache && .venv/bin/python run.py --cache ./cache --out smoke --smoke")
+TEST_COMMAND = ".venv/bin/python -m pytest -q tests"
+# the repository's scripts a command line in the README or docs/ may invoke (each must answer --help with exit 0)
+SCRIPTS = ("run.py", "prepare.py", "audit.py", "report.py", "bench.py", "synth_mctaco.py", "-m harness")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^()\s]+)\)")
+
+
+def doc_pages():
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def code_blocks(text):
+    """The fenced code blocks of a Markdown text, each as its list of lines."""
+    blocks, current = [], None
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            if current is None:
+                current = []
+            else:
+                blocks.append(current)
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def command_lines(text):
+    """Every command line of the code blocks (backslash continuations joined, comments dropped)."""
+    lines = []
+    for block in code_blocks(text):
+        joined = "\n".join(block).replace("\\\n", " ")
+        lines += [ln.split(" #")[0].strip() for ln in joined.splitlines()
+                  if ln.strip() and not ln.lstrip().startswith("#")]
+    return lines
+
+
+def slug(heading):
+    """The anchor a Markdown renderer (GitHub's rule) gives a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path):
+    seen, out = {}, set()
+    in_code = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        m = None if in_code else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            s = slug(m.group(1))
+            n = seen.get(s, 0)
+            seen[s] = n + 1
+            out.add(s if n == 0 else f"{s}-{n}")
+    return out
+
+
+def relative_links(path):
+    """(line number, target) of every link of a page that is not a URL, outside code blocks."""
+    found, in_code = [], False
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code:
+            continue
+        for target in LINK.findall(re.sub(r"`[^`]*`", "", line)):
+            if not re.match(r"[a-z][a-z0-9+.-]*:", target):
+                found.append((lineno, target))
+    return found
+
+
+def test_readme_is_short():
+    n = len(README.read_text(encoding="utf-8").splitlines())
+    assert n <= MAX_README_LINES, f"README.md has {n} lines (at most {MAX_README_LINES}): move detail to docs/"
+
+
+def test_readme_keeps_the_two_commands_and_ci_runs_the_second():
+    blocks = ["\n".join(b).strip() for b in code_blocks(README.read_text(encoding="utf-8"))]
+    assert SETUP_COMMAND in blocks and TEST_COMMAND in blocks, "the README's two commands changed"
+    ci = [ln.strip() for ln in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert ci[-1] == TEST_COMMAND, ".ci/run must end with the README's test command"
+
+
+def test_every_relative_link_resolves():
+    broken = []
+    for page in doc_pages():
+        for lineno, target in relative_links(page):
+            file_part, _, anchor = target.partition("#")
+            dest = (page.parent / file_part).resolve() if file_part else page
+            where = f"{page.relative_to(REPO)}:{lineno} -> {target}"
+            if not dest.exists():
+                broken.append(f"{where}: no such file")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{where}: no heading with that anchor")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_docs_page_is_reached_from_the_readme():
+    reached, todo = set(), [README.resolve()]
+    while todo:
+        page = todo.pop()
+        if page in reached or not page.exists() or page.suffix != ".md":
+            continue
+        reached.add(page)
+        todo += [(page.parent / t.partition("#")[0]).resolve() for _, t in relative_links(page) if t.partition("#")[0]]
+    orphans = [str(p.relative_to(REPO)) for p in sorted(DOCS.rglob("*.md")) if p.resolve() not in reached]
+    assert not orphans, "docs pages no link from the README leads to: " + ", ".join(orphans)
+
+
+def test_readme_quotes_no_timing():
+    """Timings, benchmark figures and test counts go stale: they live in docs/measurements.md, dated."""
+    stale = re.compile(r"\b\d[\d,.]*\s?(?:s|ms|min|minutes?|seconds?|hours?|h|GFLOPS|tok/s|items/s|passed|"
+                       r"failed|skipped)\b")
+    found = [f"README.md:{i}: {ln.strip()}" for i, ln in enumerate(README.read_text(encoding="utf-8").splitlines(), 1)
+             if stale.search(re.sub(r"`[^`]*`", "", ln))]
+    assert not found, "\n".join(found)
+
+
+def scripts_invoked(line):
+    """The repository scripts a command line runs: what follows python (or torchrun, accelerate launch) in each of
+    its commands; `-m harness` is the harness, other modules (pytest, venv) are not scripts."""
+    found = []
+    for command in re.split(r"&&|\|\||;|\|", line):
+        words = command.split()
+        if not words or not re.fullmatch(r"(?:python[\d.]*|torchrun|accelerate)", words[0].rsplit("/", 1)[-1]):
+            continue
+        for i, word in enumerate(words[1:], 1):
+            if word == "-m" and i + 1 < len(words):
+                found += ["-m harness"] if words[i + 1] == "harness" else []
+                break
+            if word.endswith(".py"):
+                found.append(word.removeprefix("./"))
+                break
+    return found
+
+
+def test_every_script_the_docs_run_answers_help():
+    import subprocess
+    import sys
+
+    used, unknown = set(), []
+    for page in doc_pages():
+        for line in command_lines(page.read_text(encoding="utf-8")):
+            for name in scripts_invoked(line):
+                (used.add(name) if name in SCRIPTS else unknown.append(f"{page.relative_to(REPO)}: {line}"))
+    assert not unknown, "command lines run a script that is not one of the repository's:\n" + "\n".join(unknown)
+    assert used, "no command line found"
+    procs = {s: subprocess.Popen([sys.executable, *s.split(), "--help"], cwd=REPO, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True) for s in sorted(used)}
+    failed = []
+    for script, proc in procs.items():
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode != 0 or "usage" not in out.lower():
+            failed.append(f"{script} --help: exit {proc.returncode}\n{out[-800:]}")
+    assert not failed, "\n".join(failed)

@@ -115,7 +115,7 @@ def write_run(root, samples, version="0.4.9.2", n_orig=3, limit=None, sub="org__
                                    "metric_list": [{"metric": "acc"}], "num_fewshot": 0}},
                "versions": {"toy": 1.0}, "n-shot": {"toy": 0}, "higher_is_better": {"toy": {"acc": True}},
                "n-samples": {"toy": {"original": n_orig, "effective": min(limit or n_orig, n_orig)}},
-               "config": {"limit": limit, "bootstrap_iters": 0}, "lm_eval_version": version,
+               "config": {"limit": limit, "bootstrap_iters": 0, "fewshot_seed": 1234}, "lm_eval_version": version,
                "task_hashes": {"toy": task_hash}, "chat_template": None, "system_instruction": None}
     (d / f"results_{date}.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     (d / f"samples_toy_{date}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
@@ -210,7 +210,7 @@ def test_unimplemented_multiple_choice_variants_are_skipped_by_name_never_passed
     write_run(tmp_path, s)
     code, report = audit(tmp_path, tmp_path)
     skipped = [r for r in report["checks"] if r["status"] == "SKIPPED" and "multiple_target" in r["check"]]
-    assert code == 0 and len(skipped) == 1 and "NOT checked" in skipped[0]["note"]
+    assert report["n_fail"] == 0 and len(skipped) == 1 and "NOT checked" in skipped[0]["note"]
 
 
 def test_duplicate_out_of_range_and_unsorted_doc_ids_are_named(tmp_path):
@@ -236,7 +236,7 @@ def test_identity_level_names_a_doc_that_is_not_its_data_row_and_renders_prompts
     rows = [{"q": i, "label": i % 2} for i in range(3)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     code, report = audit(tmp_path, tmp_path / "run", "--tokens", "--data", data)
-    assert code == 0, [r for r in report["checks"] if r["status"] == "FAIL"]
+    assert report["n_fail"] == 0, [r for r in report["checks"] if r["status"] == "FAIL"]   # no --model: not PASS
     assert any(r["check"].startswith("prompt re-rendered") and r["status"] == "PASS" for r in report["checks"])
     rows[1]["q"] = 9
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -244,7 +244,100 @@ def test_identity_level_names_a_doc_that_is_not_its_data_row_and_renders_prompts
     assert bad and bad[0].startswith("doc_id 1 (line 2, filter none) doc.q: logged 1, data row 1 has 9")
     tsv = tmp_path / "data.tsv"
     tsv.write_text("q\tlabel\n0\t0\n1\t1\n2\t0\n")
-    assert audit(tmp_path, tmp_path / "run", "--tokens", "--data", tsv)[0] == 0
+    assert audit(tmp_path, tmp_path / "run", "--tokens", "--data", tsv)[1]["n_fail"] == 0
+
+
+def declare(run_dir, **config):
+    """Set keys of the toy task's dumped config (and n-shot with num_fewshot), as a results file may declare them."""
+    p = next(run_dir.glob("*/results_*.json"))
+    r = json.loads(p.read_text())
+    r["configs"]["toy"].update(config)
+    r["n-shot"]["toy"] = config.get("num_fewshot", r["n-shot"]["toy"])
+    p.write_text(json.dumps(r))
+
+
+@pytest.mark.parametrize("setting, says", [
+    ({"num_fewshot": 5}, "names no split to draw few-shot documents from"),
+    ({"num_fewshot": 5, "fewshot_split": "train"}, "draws from split 'train': pass --fewshot-data toy=FILE"),
+    ({"num_fewshot": 5, "validation_split": "dev"}, "6 few-shot documents to draw from 3"),   # --data: 3 rows
+    ({"num_fewshot": 5, "validation_split": "dev", "fewshot_config": {"sampler": "odd"}}, "sampler 'odd'"),
+    ({"num_fewshot": 1, "validation_split": "dev", "process_docs": "def f(ds): ..."}, "process_docs is set"),
+])
+def test_a_declared_few_shot_never_switches_the_prompt_check_off(tmp_path, capsys, setting, says):
+    write_run(tmp_path / "run", toy_samples())
+    declare(tmp_path / "run", **setting)
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"q": i, "label": i % 2}) + "\n" for i in range(3)))
+    code, report = audit(tmp_path, tmp_path / "run", "--tokens", "--data", data)
+    rows = {r["check"].split(" ")[0]: r for r in report["checks"] if r["level"] == "identity"}
+    assert code == 1 and rows["target"]["status"] == "PASS", capsys.readouterr().out
+    assert rows["prompt"]["status"] == "FAIL" and rows["prompt"]["first_failure"].startswith("INCOMPLETE: ")
+    assert says in rows["prompt"]["first_failure"]
+    assert report["result"].startswith("INCOMPLETE") and "RESULT: PASS" not in capsys.readouterr().out
+
+
+def test_a_forged_target_is_caught_whatever_the_run_declares(tmp_path):
+    s = toy_samples()
+    s[1]["target"], s[1]["target_hash"] = "0", sha256_text("0")       # doc 1 has label 1
+    s[1]["acc"] = 1.0 - s[1]["acc"]
+    write_run(tmp_path / "run", s)
+    declare(tmp_path / "run", num_fewshot=5)
+    code, report = audit(tmp_path, tmp_path / "run", "--tokens")
+    assert code == 1 and report["result"] == "FAIL"
+    assert failures(report, "target re-rendered") == ["doc_id 1 (line 2, filter none) target: recorded '0', "
+                                                      "recomputed '1' (doc_to_target rendered on the logged doc)"]
+
+
+@pytest.mark.parametrize("top", [{"chat_template": "{{ messages }}"}, {"fewshot_as_multiturn": True}])
+def test_a_declared_chat_template_fails_as_incomplete(tmp_path, top):
+    d = write_run(tmp_path / "run", toy_samples())
+    p = d / f"results_{DATE}.json"
+    p.write_text(json.dumps({**json.loads(p.read_text()), **top}))
+    code, report = audit(tmp_path, tmp_path / "run", "--tokens")
+    assert code == 1 and report["result"].startswith("INCOMPLETE")
+    assert any("chat template" in f and f.startswith("INCOMPLETE") for f in failures(report, "prompt re-rendered"))
+    assert not failures(report, "target re-rendered")
+
+
+def test_a_system_instruction_is_rendered_before_the_prompt(tmp_path):
+    s = toy_samples()
+    for x in s:        # without a chat template or a description, 0.4.9.2 puts no delimiter after it
+        ctx = "Be brief." + x["arguments"]["gen_args_0"]["arg_0"]
+        for a in x["arguments"].values():
+            a["arg_0"] = ctx
+        x["prompt_hash"] = sha256_text(ctx)
+    d = write_run(tmp_path / "run", s)
+    p = d / f"results_{DATE}.json"
+    p.write_text(json.dumps({**json.loads(p.read_text()), "system_instruction": "Be brief."}))
+    code, report = audit(tmp_path, tmp_path / "run", "--tokens")
+    assert report["n_fail"] == 0, [r["first_failure"] for r in report["checks"] if r["status"] == "FAIL"]
+    p.write_text(json.dumps({**json.loads(p.read_text()), "system_instruction": "Be long."}))
+    assert len(failures(audit(tmp_path, tmp_path / "run", "--tokens")[1], "prompt re-rendered")) == 6
+
+
+def test_a_samples_run_is_counted_against_the_selection_passed(tmp_path):
+    write_run(tmp_path / "run", [s for s in toy_samples() if s["doc_id"] != 1])        # lm-eval --samples '[0, 2]'
+    count = lambda report: next(r for r in report["checks"] if r["check"].startswith("sample count"))  # noqa: E731
+    code, report = audit(tmp_path, tmp_path / "run")
+    assert code == 1 and "pass its selection to audit.py --samples" in count(report)["first_failure"]
+    code, report = audit(tmp_path, tmp_path / "run", "--samples", '{"toy": [0, 2]}')
+    assert code == 0 and count(report)["check"] == "sample count vs the --samples selection", report["result"]
+    selection = tmp_path / "selection.json"
+    selection.write_text('{"toy": [0, 1]}')
+    code, report = audit(tmp_path, tmp_path / "run", "--samples", selection)
+    assert code == 1 and failures(report, "--samples selection") == [
+        "doc_ids [1]: selected by --samples, not logged", "doc_ids [2]: logged, not selected by --samples"]
+    code, report = audit(tmp_path, tmp_path / "run", "--samples", '{"toy": [0, 2], "other": [1]}')
+    assert code == 1 and failures(report, "task") == [f"--samples other: no such task in {tmp_path / 'run'}"]
+
+
+@pytest.mark.parametrize("selection, says", [('{"toy": ["a"]}', "--samples: expected {task: [doc_id, ...]}"),
+                                             ("[1, 2]", "found [1, 2]"), ("{toy", "--samples: line 1")])
+def test_a_malformed_samples_selection_is_refused_with_one_line(tmp_path, selection, says):
+    write_run(tmp_path / "run", toy_samples())
+    proc = run_cli("audit.py", "--lm-eval", tmp_path / "run", "--samples", selection, "--report", tmp_path / "r.json")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr
 
 
 def test_a_hostile_template_cannot_reach_python(tmp_path):
@@ -343,10 +436,20 @@ def tampered(run, tmp_path, task, edit_samples=None, edit_results=None):
     return copy
 
 
+def only_bootstrap_left(code, report):
+    """No FAIL, and PASS unless what could not run is a bootstrap stderr (f1, mcc: not recomputed yet), which gives
+    INCOMPLETE, exit 1 — never PASS for a check that was not made."""
+    undone = [r for r in report["checks"] if r["status"] == "SKIPPED" and r.get("requested", True)]
+    if report["n_fail"] or any("bootstrap" not in r["check"] for r in undone):
+        return False
+    return (code, report["result"].startswith("INCOMPLETE")) == ((1, True) if undone else (0, False))
+
+
 @pytest.mark.slow
 def test_clean_real_runs_pass_every_level(clean_run, model_dir, lmeval_data, tmp_path):
     code, report = all_levels(tmp_path, clean_run, model_dir, lmeval_data)
-    assert code == 0, [r["first_failure"] for r in report["checks"] if r["status"] == "FAIL"]
+    assert only_bootstrap_left(code, report), [r["first_failure"] or r["note"] for r in report["checks"]
+                                                if r["status"] != "PASS" and r.get("requested", True)]
     assert sorted(report["experiments"]) == ["mc_taco", "sst2", "sst2_gen", "sst2_ll"]
     passed = {(r["experiment"], r["level"]) for r in report["checks"] if r["status"] == "PASS"}
     for task in ("sst2", "mc_taco", "sst2_ll"):
@@ -370,6 +473,95 @@ def test_unsorted_samples_run_names_every_mislabelled_doc_id(unsorted_run, model
     data = failures(report, "data row", "identity")
     assert {int(f.split()[1]) for f in data} == {1, 3, 6} and any("doc_id 6" in f and "doc.idx: logged 1" in f
                                                                   for f in data)
+
+
+def forge_targets(r_rows, results, task="sst2"):
+    """What a forger does to a multiple_choice task: every wrong answer made the target, then target_hash, the
+    per-sample acc, acc_norm, f1 and mcc, task_hashes and the aggregates recomputed (sklearn for f1 and mcc, as
+    lm-eval's own aggregation calls it). Returns the documents forged."""
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    forged = []
+    for r in r_rows:
+        lls = [float(x[0]) for x in r["filtered_resps"]]
+        conts = [a["arg_1"] for a in r["arguments"].values()]
+        pred = max(range(len(lls)), key=lambda j: (lls[j], -j))
+        norm = max(range(len(lls)), key=lambda j: (lls[j] / len(conts[j][1:]), -j))
+        if pred != int(r["target"]):
+            forged.append(r["doc_id"])
+        r["target"] = str(pred)
+        r["target_hash"] = sha256_text(r["target"])
+        r.update(acc=1.0, acc_norm=1.0 if norm == pred else 0.0, f1=[pred, pred], mcc=[pred, pred])
+    res = results["results"][task]
+    for m in ("acc", "acc_norm"):
+        xs = [r[m] for r in r_rows]
+        res[f"{m},none"] = statistics.mean(xs)
+        res[f"{m}_stderr,none"] = statistics.stdev(xs) / math.sqrt(len(xs))
+    golds, preds = zip(*(r["f1"] for r in r_rows))
+    res["f1,none"] = float(f1_score(golds, preds))
+    res["mcc,none"] = float(matthews_corrcoef(golds, preds))
+    results["task_hashes"][task] = sha256_text("".join(r["doc_hash"] + r["prompt_hash"] + r["target_hash"]
+                                                       for r in r_rows))
+    return forged
+
+
+@pytest.mark.slow
+def test_a_declared_few_shot_with_a_forged_target_does_not_pass(clean_run, model_dir, lmeval_data, tmp_path):
+    """A zero-shot run whose results declare num_fewshot 5: the prompt check FAILs (INCOMPLETE without the
+    few-shot split, a mismatch with it), never PASS; and a forged target is named by the target check."""
+    def five_shot(r):
+        r["configs"]["sst2"]["num_fewshot"], r["n-shot"]["sst2"] = 5, 5
+    copy = tampered(clean_run, tmp_path, "sst2", edit_results=five_shot)
+    code, report = audit(tmp_path, copy, "--tokens", "--task", "sst2", *data_args(lmeval_data))
+    prompt_row = next(r for r in report["checks"] if r["check"].startswith("prompt re-rendered"))
+    assert code == 1 and "PASS" not in report["result"] and prompt_row["status"] == "FAIL"
+    assert prompt_row["first_failure"].startswith("INCOMPLETE: num_fewshot 5 draws from split 'train'")
+    code, report = audit(tmp_path, copy, "--tokens", "--task", "sst2", *data_args(lmeval_data),
+                         "--fewshot-data", f"sst2={lmeval_data['sst2']}")
+    assert code == 1 and len(failures(report, "prompt re-rendered")) == 18       # a zero-shot context each request
+
+    forged = []
+    shutil.rmtree(copy)
+    sub = next(p for p in shutil.copytree(clean_run, copy).iterdir() if p.is_dir())
+    samples_path, results_path = next(sub.glob("samples_sst2_2*.jsonl")), next(sub.glob("results_*.json"))
+    rows = [json.loads(line) for line in samples_path.read_text(encoding="utf-8").splitlines()]
+    results = json.loads(results_path.read_text(encoding="utf-8"))
+    five_shot(results)
+    forged = forge_targets(rows, results)
+    samples_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    results_path.write_text(json.dumps(results, indent=2, ensure_ascii=False), encoding="utf-8")
+    assert forged and results["results"]["sst2"]["acc,none"] == 1.0
+    code, report = all_levels(tmp_path, copy, model_dir, lmeval_data, "--task", "sst2")
+    assert code == 1 and levels_failed(report) == {"identity"}           # the forgery is consistent elsewhere
+    named = sorted(int(f.split()[1]) for f in failures(report, "target re-rendered", "identity"))
+    assert named == sorted(forged)
+
+
+@pytest.fixture(scope="session")
+def selected_run(hflm, model_dir, lmeval_data, tmp_path_factory):
+    """An honest --samples run: the selection in dataset order."""
+    import lmeval_runs
+
+    return lmeval_runs.lm_eval_run(hflm, model_dir, tmp_path_factory.mktemp("lmeval-selected"),
+                                   [lmeval_runs.sst2_task(lmeval_data["sst2"])], samples={"sst2": [1, 3, 4, 6]})
+
+
+@pytest.mark.slow
+def test_an_honest_samples_run_passes_given_its_selection(selected_run, model_dir, lmeval_data, tmp_path):
+    code, report = audit(tmp_path, selected_run, "--tokens", "--model", model_dir, *data_args(lmeval_data))
+    assert code == 1 and any("4 samples logged" in f for f in failures(report, "sample count"))
+    code, report = audit(tmp_path, selected_run, "--tokens", "--model", model_dir, *data_args(lmeval_data),
+                         "--samples", '{"sst2": [1, 3, 4, 6]}')
+    assert report["n_fail"] == 0, [r["first_failure"] for r in report["checks"] if r["status"] == "FAIL"]
+    count = next(r for r in report["checks"] if r["check"].startswith("sample count"))
+    assert count["check"] == "sample count vs the --samples selection" and count["status"] == "PASS"
+
+
+@pytest.mark.slow
+def test_an_unsorted_samples_run_given_its_selection_still_names_the_mislabelled(unsorted_run, lmeval_data, tmp_path):
+    code, report = audit(tmp_path, unsorted_run, "--samples", '{"sst2": [6, 1, 4, 3]}')
+    assert code == 1 and failures(report, "--samples selection") == []
+    assert sorted(int(f.split()[1]) for f in failures(report, "logging order")) == [1, 3, 6]
 
 
 @pytest.mark.slow
@@ -445,7 +637,7 @@ def test_a_limit_that_splits_a_question_group_is_named(hflm, model_dir, lmeval_d
 @pytest.mark.slow
 def test_forward_sample_says_it_is_a_sample(clean_run, model_dir, tmp_path):
     code, report = audit(tmp_path, clean_run, "--forward", "--model", model_dir, "--sample", "4", "--task", "sst2")
-    assert code == 0 and report["experiments"] == ["sst2"]
+    assert only_bootstrap_left(code, report) and report["experiments"] == ["sst2"]
     row = next(r for r in report["checks"] if r["check"].startswith("loglikelihoods re-scored"))
     assert row["items"] == 4 and "a sample: 2 of 9 documents (--sample 4" in row["note"]
 

@@ -165,7 +165,7 @@ def test_hub_path_pins_then_verifies_an_mctaco_parquet(tmp_path):
 @pytest.mark.slow  # run.py subprocesses: import torch, transformers and lm-eval before refusing
 @pytest.mark.parametrize("extra, phrase", [
     (["--experiment", "mctaco"], "add --allow-partial-groups"),
-    ([], "not implemented for experiment(s) protocol"),
+    ([], "add --allow-partial-groups"),
 ])
 def test_limit_is_refused_on_grouped_documents(tmp_path, extra, phrase):
     proc = run_cli("run.py", "--cache", tmp_path / "no-cache", "--out", tmp_path / "o", "--limit", "5", *extra)

@@ -1,11 +1,12 @@
 """The mutation self-test (`audit.py O --mutations`, evidence_audit/mutations/).
 
 Fast: the list of kinds (at least 40, all five experiments, every class of tampering the audit must catch, each
-naming a level and a check), each mutation function on small synthetic evidence (it tampers as it says; the
-lenient-JSON kinds write what a lenient reader accepts and the strict reader refuses; the consistent forgeries stay
-consistent), and the runner's verdicts on a fake audit (a kind caught by another check, or not at all, or not
-applicable, makes it exit 1).
-Slow: the self-test on a real smoke run of all five experiments — every kind caught by its named check.
+naming a level, a check and the form its name speaks of), each mutation function on small synthetic evidence (it
+tampers as it says; the lenient-JSON kinds write what a lenient reader accepts and the strict reader refuses; the
+consistent forgeries stay consistent), the runner's verdicts on a fake audit (a kind caught by another check, or not
+at all, or not applicable, makes it exit 1), and both forms (raw, resealed) of a few kinds on tiny real evidence
+with the real audit and report.py: a kind only the manifest sees is NOT CAUGHT once resealed; the markdown table.
+Slow: the self-test on a real smoke run of all five experiments.
 """
 import json
 import shutil
@@ -33,6 +34,15 @@ TAMPER_CLASSES = {
     "O/private/ deleted": ["delete_private"],
     "a stale run id in O/private/<exp>/run.json": ["stale_private_run_id"],
     "a manifest entry changed": ["manifest_entry_changed"],
+    "one experiment removed entirely, manifest rewritten": ["experiment_removed_resealed"],
+    "O/private removed and the manifest's private list emptied": ["private_removed_manifest_emptied"],
+    "a public file no rule knows": ["public_notes_added"],
+    "a private texts file copied into the public part": ["private_texts_in_run_log"],
+    "report.html: an unsourced number, a script, a CSS content number": ["report_cell_unsourced",
+                                                                         "report_script_added",
+                                                                         "report_style_content"],
+    "environment.json per-rank facts forged": ["environment_world_size", "environment_rank_rss_negative"],
+    "O/audit.json forged to claim PASS": ["audit_json_forged_pass"],
 }
 
 
@@ -46,17 +56,29 @@ def test_at_least_40_kinds_over_all_five_experiments_with_unique_names():
         assert sum(k.experiment == e for k in MUTATIONS) >= 4, e
 
 
-def test_every_kind_names_a_level_and_a_check():
+def test_every_kind_names_a_level_a_check_and_a_form():
     for k in MUTATIONS:
         assert k.level in selftest.UP_TO, k
         assert isinstance(k.check, str) and k.check, k
         assert callable(k.apply) and k.what, k
+        assert k.named in (tools.RAW, tools.RESEALED) and k.cover in (tools.PAGE, tools.MANIFEST_ONLY, None), k
+        if k.cover is None:
+            assert k.named == tools.RAW, k          # no resealed form: the name can only speak of the raw one
         if k.check in (tools.READING, tools.HEADLINE):
             assert k.level == "arithmetic", k        # refused by the default audit, no deeper level needed
 
 
+def test_only_kinds_that_edit_the_manifest_or_the_page_change_how_they_are_resealed():
+    """A reseal would undo an edit of MANIFEST.json, a rebuilt page an edit of report.html: those kinds, and only
+    those, lack a resealed form or keep their page."""
+    no_form = {k.kind for k in MUTATIONS if k.cover is None}
+    keeps_page = {k.kind for k in MUTATIONS if k.cover == tools.MANIFEST_ONLY}
+    assert no_form == {"manifest_entry_changed"}
+    assert keeps_page == {k.kind for k in MUTATIONS if k.kind.startswith("report_")}
+
+
 @pytest.mark.parametrize("cls", sorted(TAMPER_CLASSES))
-def test_every_class_of_issue_15_has_a_kind(cls):
+def test_every_class_of_tampering_has_a_kind(cls):
     for name in TAMPER_CLASSES[cls]:
         assert name in BY_NAME, (cls, name)
 
@@ -305,7 +327,7 @@ def test_manifest_kinds_change_the_manifest_only(O):
     BY_NAME["manifest_experiment_dropped"].apply(O)
     got = read_json(O / "MANIFEST.json")
     assert got["files"]["protocol/records.jsonl"]["sha256"] != "f" * 64 and got["experiments"] == ["protocol"]
-    assert all(not k.seal for k in MUTATIONS if k.level == "manifest" and k.kind.startswith("manifest_"))
+    assert all(k.named == tools.RAW for k in MUTATIONS if k.level == "manifest" and k.kind.startswith("manifest_"))
 
 
 def test_stale_private_run_id(O):
@@ -345,8 +367,9 @@ def _mark(how):
     return lambda d: (d / "MARK").write_text(how)
 
 
-def _kinds(*specs):
-    return [tools.kind(f"k_{how}", "protocol", how, _mark(how), level, check, seal=False)
+def _kinds(*specs, seal=None):
+    """Fake kinds, raw only by default (seal=None): these tests are about the verdicts, not the cover-up."""
+    return [tools.kind(f"k_{how}", "protocol", how, _mark(how), level, check, seal=seal)
             for how, level, check in specs]
 
 
@@ -381,9 +404,9 @@ def test_runner_reports_each_failure_to_catch_and_exits_1(tmp_path, monkeypatch,
 def test_runner_skips_a_kind_whose_experiment_or_level_is_absent_and_exits_1(tmp_path, monkeypatch):
     monkeypatch.setattr(selftest, "audit", _fake_audit())
     (tmp_path / "O").mkdir()
-    kinds = [tools.kind("other_exp", "mctaco", "x", _mark("named"), "arithmetic", "summary.json", seal=False),
+    kinds = [tools.kind("other_exp", "mctaco", "x", _mark("named"), "arithmetic", "summary.json", seal=None),
              tools.kind("no_model", "protocol", "x", lambda d: (_ for _ in ()).throw(tools.NotApplicable("absent")),
-                        "arithmetic", "summary.json", seal=False)]
+                        "arithmetic", "summary.json", seal=None)]
     rep = selftest.mutation_selftest(tmp_path / "O", None, kinds=kinds)
     assert [r["status"] for r in rep["mutations"]] == ["SKIPPED", "SKIPPED"]
     assert "no mctaco evidence" in rep["mutations"][0]["first_failure"]
@@ -393,7 +416,7 @@ def test_runner_skips_a_kind_whose_experiment_or_level_is_absent_and_exits_1(tmp
 def test_runner_reports_a_tamper_that_crashes_as_error(tmp_path, monkeypatch):
     monkeypatch.setattr(selftest, "audit", _fake_audit())
     (tmp_path / "O").mkdir()
-    kinds = [tools.kind("crash", "protocol", "x", lambda d: 1 / 0, "arithmetic", "summary.json", seal=False)]
+    kinds = [tools.kind("crash", "protocol", "x", lambda d: 1 / 0, "arithmetic", "summary.json", seal=None)]
     rep = selftest.mutation_selftest(tmp_path / "O", None, kinds=kinds)
     assert rep["mutations"][0]["status"] == "ERROR" and "ZeroDivisionError" in rep["mutations"][0]["first_failure"]
     assert rep["exit_code"] == 1
@@ -421,6 +444,132 @@ def test_runner_audits_each_copy_up_to_the_named_level(tmp_path, monkeypatch):
     assert seen[1][1] == ("arithmetic", "identity")
 
 
+def _deep_audit():
+    """A fake audit in which MARK "deep" fails a row only when the identity level is requested."""
+    fake = _fake_audit()
+
+    def audit(d, levels, cache, only=None, public_only=False, options=None):
+        if (d / "MARK").exists() and (d / "MARK").read_text() == "deep":
+            rep = fake(d.parent / "clean", levels, cache)
+            if "identity" in levels:
+                rep["checks"].append(_row("identity", "private texts", "FAIL", "idx 1 sentence_sha256: differs"))
+                rep.update(result="FAIL", exit_code=1)
+            return rep
+        return fake(d, levels, cache, only, public_only, options)
+    return audit
+
+
+def test_runner_audits_both_forms_and_escalates_until_a_level_rejects(tmp_path, monkeypatch):
+    """Raw and resealed forms are audited separately; a form nothing rejects at its first levels is audited again
+    with the next deeper one, and the row names the level that caught it."""
+    monkeypatch.setattr(selftest, "audit", _deep_audit())
+    monkeypatch.setattr(selftest, "manifest_check", lambda C, d: None)    # the fake O has no manifest to check
+    (tmp_path / "O").mkdir()
+    kinds = _kinds(("deep", "identity", "private texts"), ("named", "arithmetic", "summary.json"), seal=True)
+    rep = selftest.mutation_selftest(tmp_path / "O", None, kinds=kinds)
+    deep, named = rep["mutations"]
+    assert (deep["raw"], deep["resealed"], deep["status"]) == ("identity", "identity", "CAUGHT"), deep
+    assert deep["forms"]["raw"]["levels"] == ["arithmetic", "identity"]        # started at the default audit
+    assert deep["forms"]["resealed"]["levels"] == ["arithmetic", "identity"]   # started at the named level
+    assert (named["raw"], named["resealed"], named["status"]) == ("arithmetic", "arithmetic", "CAUGHT")
+    assert named["forms"]["resealed"]["page"].startswith("not rebuilt")        # a row not reading the page caught it
+    assert rep["exit_code"] == 0
+
+
+def test_runner_a_form_no_level_rejects_is_not_caught(tmp_path, monkeypatch):
+    monkeypatch.setattr(selftest, "audit", _fake_audit())
+    (tmp_path / "O").mkdir()
+    rep = selftest.mutation_selftest(tmp_path / "O", None, kinds=_kinds(("clean", "arithmetic", "summary.json")))
+    row = rep["mutations"][0]
+    assert (row["raw"], row["resealed"], row["status"]) == ("NOT CAUGHT", "n/a", "NOT CAUGHT")
+    assert rep["exit_code"] == 1
+
+
+def test_a_level_that_runs_only_in_part_on_the_clean_copy_is_not_used():
+    """Every audit of a level one of whose requested checks cannot run is INCOMPLETE, which would pass for a catch:
+    such a level, and those below it, are left out, and the line says why."""
+    full = {"checks": [_row("arithmetic", "a"), _row("identity", "b"), _row("forward", "c")]}
+    assert selftest.runnable_levels(full) == (("arithmetic", "identity", "forward"), None)
+    part = {"checks": full["checks"] + [dict(_row("identity", "tokenizer", "SKIPPED"), note="no tokenizer")]}
+    levels, why = selftest.runnable_levels(part)
+    assert levels == ("arithmetic",) and why == "identity: protocol tokenizer SKIPPED (no tokenizer)"
+    unasked = {"checks": full["checks"] + [dict(_row("identity", "x", "SKIPPED"), note="n", requested=False)]}
+    assert selftest.runnable_levels(unasked)[0] == ("arithmetic", "identity", "forward")
+    none = {"checks": [_row("arithmetic", "a"), dict(_row("identity", "b", "SKIPPED"), note="no cache")]}
+    assert selftest.runnable_levels(none)[0] == ("arithmetic",)
+
+
+# ---- both forms on tiny real evidence: the real audit, report.py, the reseal ---------------------------------------
+
+def _tiny_O(tmp_path):
+    """The tiny harness evidence of test_audit.py with the command line run.py records, sealed: the real audit
+    passes it (no model, no cache)."""
+    from test_audit import _edit, tiny_harness_evidence
+
+    out = tiny_harness_evidence(tmp_path / "O")
+    _edit(out / "environment.json", lambda e: e.update(
+        command_line=["run.py", "--cache", "c", "--out", "O", "--experiment", "harness"]))
+    tools.seal(out, "manifest")
+    return out
+
+
+def _append_run_log(d):
+    """More library chatter in run.log: a file listed in the manifest that no rule reads, so only the manifest can
+    see this edit."""
+    with open(tools.need(d / "run.log"), "a", encoding="utf-8") as f:
+        f.write("more library chatter\n")
+
+
+RUN_LOG_KIND = tools.kind("run_log_appended", "-", "run.log: a line appended", _append_run_log, "arithmetic",
+                          "public files match MANIFEST.json", seal=True)
+
+
+def test_resealed_forms_on_tiny_evidence_and_the_markdown_table(tmp_path):
+    """A kind only the manifest sees is caught raw by the manifest and NOT CAUGHT resealed (the reseal and the page
+    rebuild really happened); a summary edit is caught resealed by the arithmetic level without a page rebuild; a
+    kind that edits MANIFEST.json has no resealed form; a page edit keeps its page. The markdown table lists them."""
+    O = _tiny_O(tmp_path)
+    kinds = [RUN_LOG_KIND, BY_NAME["harness_overall"], BY_NAME["manifest_entry_changed"],
+             BY_NAME["report_number_changed"]]
+    table = tmp_path / "table.md"
+    rep = selftest.mutation_selftest(O, None, kinds=kinds, table_md=table, stream=open(tmp_path / "log", "w"))
+    assert rep["clean"]["passed"], rep["clean"]
+    got = {r["kind"]: (r["raw"], r["resealed"], r["status"]) for r in rep["mutations"]}
+    assert got == {"run_log_appended": ("manifest", "NOT CAUGHT", "NOT CAUGHT"),
+                   "harness_overall": ("manifest", "arithmetic", "CAUGHT"),
+                   "manifest_entry_changed": ("manifest", "n/a", "CAUGHT"),
+                   "report_number_changed": ("manifest", "arithmetic", "CAUGHT")}, got
+    pages = {r["kind"]: r["forms"].get("resealed", {}).get("page") for r in rep["mutations"]}
+    assert pages["run_log_appended"] == "rebuilt by report.py"
+    assert pages["harness_overall"].startswith("not rebuilt")
+    assert pages["report_number_changed"].startswith("kept")
+    assert rep["exit_code"] == 1
+    lines = table.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "| kind | experiment | expected level (check) | caught raw by | caught resealed by | status |"
+    assert "| run_log_appended | - | arithmetic (public files match MANIFEST.json, resealed form) | manifest | " \
+           "NOT CAUGHT | NOT CAUGHT |" in lines
+    assert "| manifest_entry_changed | - | manifest (public files match MANIFEST.json, raw form) | " \
+           "manifest | n/a | CAUGHT |" in lines
+    assert lines[-1] == "Clean copy passed; 3/4 kinds CAUGHT; exit 1."
+
+
+def test_table_goes_between_the_markers_of_a_page(tmp_path):
+    from evidence_audit.mutations import table
+
+    rep = {"mutations": [dict(selftest.new_row(RUN_LOG_KIND), raw="manifest", resealed="NOT CAUGHT",
+                              status="NOT CAUGHT")], "clean": {"passed": True}, "exit_code": 1}
+    (tmp_path / "m.json").write_text(json.dumps(rep), encoding="utf-8")
+    page = tmp_path / "page.md"
+    page.write_text(f"# T\n\n{table.BEGIN}\nold table\n{table.END}\n\nafter\n", encoding="utf-8")
+    assert table.main([str(tmp_path / "m.json"), "--into", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert "old table" not in text and text.startswith(f"# T\n\n{table.BEGIN}\n| kind |")
+    assert text.endswith(f"exit 1.\n{table.END}\n\nafter\n")
+    page.write_text("no markers\n", encoding="utf-8")
+    assert table.main([str(tmp_path / "m.json"), "--into", str(page)]) == 2
+    assert page.read_text(encoding="utf-8") == "no markers\n"
+
+
 # ---- the real thing ------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -436,8 +585,16 @@ def test_mutation_selftest_on_a_real_smoke_run(smoke_run, prepared_cache, tmp_pa
     assert EXPERIMENTS <= set(rep["experiments"])
     assert rep["levels"] == ["arithmetic", "identity", "forward"]
     assert rep["clean"]["passed"], rep["clean"]
-    missed = [(r["kind"], r["status"], r["first_failure"]) for r in rows if r["status"] != "CAUGHT"]
+    missed = [(r["kind"], r["status"], r["raw"], r["resealed"], r["first_failure"]) for r in rows
+              if r["status"] != "CAUGHT"]
     assert missed == [], missed
     assert {r["level"] for r in rows} == {"manifest", "arithmetic", "identity", "forward"}
+    caught_at = {"manifest", "arithmetic", "identity", "forward", "reading", "INCOMPLETE"}
+    assert all(r["raw"] in caught_at and r["resealed"] in caught_at | {"n/a"} for r in rows), rows
+    by = {r["kind"]: r for r in rows}
+    # the resealed form really is resealed: an edit the manifest rejects raw passes it once covered up
+    assert (by["edit_summary_accuracy"]["raw"], by["edit_summary_accuracy"]["resealed"]) == ("manifest", "arithmetic")
+    assert (by["private_text_edited_unsealed"]["raw"], by["private_text_edited_unsealed"]["resealed"]) == \
+        ("manifest", "identity")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "MUTATIONS: " in proc.stdout and "-> exit 0" in proc.stdout

@@ -8,7 +8,7 @@ import pytest
 import config
 import shutil
 
-from conftest import SMALL_DATA, SMALL_N, run_cli, run_once
+from conftest import SMALL_N, run_cli
 from experiments import options, scoring, selection
 from experiments.evidence import IdentityMismatch
 
@@ -29,10 +29,10 @@ def tokenizer(model_dir):
 
 
 @pytest.fixture(scope="session")
-def options_all_run(small_data_cache, tmp_path_factory):
-    """Every row of SMALL_DATA through the options experiment on the real model, once per session."""
-    return run_once(tmp_path_factory, "options_all", small_data_cache, "--experiment", "options", "--data",
-                    SMALL_DATA, "--split", "all")
+def options_all_run(small_split_all_run):
+    """Every row of SMALL_DATA through the options experiment on the real model: conftest's session run of it
+    (with the protocol before it and extraction after it, in one process)."""
+    return small_split_all_run
 
 
 def read(out, name):
@@ -281,10 +281,12 @@ def test_every_row_of_a_small_split_five_conditions_bit_exact(options_all_run):
     out, proc = options_all_run
     summary, records = check_evidence(out, SMALL_N)
     assert summary["split"] == "all" and summary["confirmation_items_scored"] is True
-    assert "max |official - independent| = 0.0" in proc.stdout
-    stages = read(out, "stages.json")
-    assert [s["name"] for s in stages["stages"]] == ["imports", "official_model_load", "official",
-                                                      "independent_model_load", "independent", "compare", "write"]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("[options] flips of "))
+    assert line.endswith(f"{10 * SMALL_N} candidates, max |official - independent| = 0.0"), line
+    stages = read(out, "stages.json")      # the run's imports are timed in its first experiment's (the protocol's)
+    assert [s["name"] for s in stages["stages"]] == ["official_model_load", "official", "independent_model_load",
+                                                      "independent", "compare", "write"]
+    assert json.loads((out / "protocol" / "stages.json").read_text())["stages"][0]["name"] == "imports"
     assert stages["tokens"]["n_candidates"] == 10 * SMALL_N == stages["tokens"]["official_requests"]
     assert stages["tokens"]["independent_forward_rows"] == 3 * SMALL_N     # one per distinct input sequence
     per = stages["tokens"]["per_condition"]
@@ -296,12 +298,14 @@ def test_every_row_of_a_small_split_five_conditions_bit_exact(options_all_run):
 
 
 @pytest.mark.slow
-def test_audit_recomputes_options(options_all_run):
-    out, _ = options_all_run
-    proc = run_cli("audit.py", out, "--tokens", "--strict", timeout=1800)   # --forward: the smoke test
+def test_audit_recomputes_options(small_split_all_audit):
+    """conftest's session audit of the run (--strict --tokens --forward): every options row passes, the forward
+    level's recomputed candidate scores among them."""
+    proc, _ = small_split_all_audit
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [l for l in proc.stdout.splitlines() if l.startswith("options ")]
-    assert len(rows) >= 13 and all(" PASS" in l or "not requested" in l for l in rows), proc.stdout
+    assert len(rows) >= 13 and all(" PASS" in l for l in rows), proc.stdout
+    assert any(l.split()[1] == "forward" and "candidate scores" in l for l in rows), rows
 
 
 @pytest.mark.slow

@@ -583,7 +583,7 @@ def test_layering_of_the_resource_modules():
     assert uses["resources"] == set() and uses["adapter"] == {"harness"} and uses["local_model"] == {"resources"}
     from_harness = {m for m in imported_names(conftest.REPO / "adapter.py") if m.split(".")[0] == "harness"}
     assert from_harness and all(m.startswith("harness.hf_model") for m in from_harness), from_harness
-    assert uses["prepare"] == {"resources", "adapter"}
+    assert uses["prepare"] == {"resources", "adapter", "config"}
     assert "run" not in uses["bench"] and uses["bench"] <= {"resources", "config", "adapter", "local_model", "experiments"}
     importers = [str(p.relative_to(conftest.REPO)) for p in conftest.REPO.rglob("*.py")
                  if ".venv" not in p.parts and "bench" in imported_modules(p)]

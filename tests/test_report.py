@@ -241,7 +241,7 @@ def test_number_cells_keep_the_exact_value():
 def write_json(path, obj):
     """An evidence file as run.py writes it: stamped with the evidence format."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**obj, "evidence_format": 1}, indent=1), encoding="utf-8")
+    path.write_text(json.dumps({**obj, "evidence_format": 2}, indent=1), encoding="utf-8")
 
 
 def minimal_evidence(root):
@@ -791,6 +791,17 @@ def test_report_written_by_run_py(smoke_run, browser, tmp_path):
     assert page.exists(), "run.py --smoke did not write O/report.html:\n" + proc.stdout[-2000:]
     assert f"report: {page}" in proc.stdout
     check_page(browser, page, out, tmp_path, "run-py")
+    if os.environ.get("DOCS_SCREENSHOT") == "1":      # the README's picture: the protocol section down to its plots
+        from PIL import Image
+
+        top, bottom = browser.execute_script(
+            "const s = document.getElementById('protocol'), y = window.scrollY;"
+            "const b = Math.max(...Array.from(s.querySelectorAll('img')).map(i => i.getBoundingClientRect().bottom));"
+            "return [s.getBoundingClientRect().top + y, b + y];")
+        target = REPO_ROOT / "docs" / "images" / "report.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with Image.open(tmp_path / "report-run-py.png") as im:
+            im.crop((0, max(0, int(top) - 20), im.width, min(im.height, int(bottom) + 20))).save(target, optimize=True)
 
 
 @pytest.mark.slow

@@ -89,7 +89,7 @@ def test_run_id_is_everywhere_and_the_manifest_is_last(fake_run, tmp_path, capsy
     rid = manifest["run_id"]
     assert re.fullmatch(r"[0-9a-f]{32}", rid)
     assert set(manifest) == {"format", "run_id", "experiments", "failed", "files", "private", "evidence_format"}
-    assert manifest["format"] == "evidence-manifest/v1" and manifest["evidence_format"] == 1
+    assert manifest["format"] == "evidence-manifest/v1" and manifest["evidence_format"] == 2
     assert manifest["experiments"] == ["protocol", "options"] and manifest["failed"] == []
     assert read(out / "environment.json")["run_id"] == rid
     env = read(out / "environment.json")
@@ -98,7 +98,7 @@ def test_run_id_is_everywhere_and_the_manifest_is_last(fake_run, tmp_path, capsy
         assert ident["run_id"] == rid
         assert {k: ident[k] for k in ("git_commit", "git_dirty", "code_sha256")} == \
             {k: env[k] for k in ("git_commit", "git_dirty", "code_sha256")}
-        assert read(out / "private" / name / "run.json") == {"experiment": name, "run_id": rid, "evidence_format": 1}
+        assert read(out / "private" / name / "run.json") == {"experiment": name, "run_id": rid, "evidence_format": 2}
     assert f'<meta name="evidence-run-id" content="{rid}">' in (out / "report.html").read_text()
     public = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()
                     and p.relative_to(out).parts[0] != "private" and p.name != "MANIFEST.json")
@@ -144,22 +144,69 @@ def test_any_piece_of_earlier_evidence_makes_the_out_refused(fake_run, tmp_path,
     assert code == 2 and held.split("/")[0] in one_error_line(err)
 
 
+# A run.py process with the fake protocol experiment that writes its pre-registration and is then SIGKILLed: in the
+# experiment ("experiment"), or with its evidence written into its temp directories, before the rename ("install").
+KILLED_RUN = r"""
+import os, signal, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
+import resources
+import run as run_py
+from experiments.context import Data, Inputs
+from test_run_safety import fake_experiment
+
+out, where = Path(sys.argv[2]), sys.argv[3]
+module = fake_experiment("protocol")
+inner = module.run
+
+
+def run(ctx):
+    resources.atomic_write_text(out / "protocol.preregistration.json", "{}")
+    if where == "experiment":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return inner(ctx)
+
+
+module.run = run
+if where == "install":
+    run_py.install = lambda tmp, final, run_id: os.kill(os.getpid(), signal.SIGKILL)
+run_py.import_experiments = lambda names, chatter: ({"protocol": module}, 0.1)
+run_py.verified_inputs = lambda args, modules, routed=None: Inputs(
+    cache=out.parent / "cache", model_dir=out.parent,
+    model_identity={"id": "m", "model_sha256": "m" * 64, "tokenizer_sha256": "t" * 64},
+    data={"fixture-sentiment": Data(id="fixture-sentiment", schema="sst2", parquet_path=out.parent / "p.parquet",
+                                    content_sha256="d" * 64, split="validation")})
+sys.exit(run_py.main(["--cache", str(out.parent / "cache"), "--out", str(out), "--smoke", "--experiment", "protocol"]))
+"""
+
+
+def killed_run(out, where):
+    """Run KILLED_RUN into `out`; the run id its marker names."""
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", KILLED_RUN, str(repo), str(out), where], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    return read(out / ".run-in-progress")["run_id"]
+
+
 def test_leftovers_of_a_killed_run_are_swept_with_one_line(fake_run, tmp_path, capsys):
+    """A run killed with its evidence in its temp directories leaves them (named with its run id), its log, its
+    pre-registration and its O/.run-in-progress: the next run removes exactly those, on one line naming the run."""
     out = tmp_path / "o"
-    leftovers = [".tmp-protocol-abc/records.jsonl", "private/.tmp-protocol-def/texts.jsonl",
-                 ".protocol.tmp-x/summary.json", ".private-protocol.tmp-y/texts.jsonl", ".harness_tasks/t.json",
-                 ".report.html.tmp", ".summary.json.k3.tmp"]
-    for rel in leftovers:
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_text("half")
+    rid = killed_run(out, "install")
+    left = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.parent in (out, out / "private"))
+    assert left == sorted([".run-in-progress", f".tmp-protocol-{rid}", "private", f"private/.tmp-protocol-{rid}",
+                           "protocol.preregistration.json", "run.log"]), left
     code, stdout, _ = fake_run(["--out", str(out)], two(), capsys)
     assert code == 0
-    swept = [line for line in stdout.splitlines() if line.startswith("swept")]
-    assert len(swept) == 1
-    for rel in leftovers:
-        top = rel.split("/")[0] if not rel.startswith("private/") else "/".join(rel.split("/")[:2])
-        assert top in swept[0] and not (out / top).exists()
+    swept = [line for line in stdout.splitlines() if line.startswith("removed")]
+    assert len(swept) == 1 and f"run {rid}" in swept[0], stdout
+    for name in (f".tmp-protocol-{rid}", "private", "protocol.preregistration.json", "run.log"):
+        assert name in swept[0]
     assert not [p for p in out.rglob(".*")]
+    assert read(out / "MANIFEST.json")["run_id"] != rid
 
 
 def test_out_that_is_a_file_is_refused_before_anything_loads(fake_run, tmp_path, capsys):
@@ -281,18 +328,28 @@ def test_an_out_holding_other_files_is_refused(fake_run, tmp_path, capsys):
 
 
 def test_what_a_run_that_installed_nothing_left_is_swept(fake_run, tmp_path, capsys):
-    """A run stopped by bad input after O was made leaves its run.log (and a pre-registration) but no evidence:
-    the next run into O removes them (one line) and starts a fresh log."""
+    """A run stopped by bad input after O was made leaves its run.log, a pre-registration and its marker, but no
+    evidence: the next run into O removes them, saying which run left them and why they are its own, and starts a
+    fresh log."""
+    from resources import ResourceError
+
     out = tmp_path / "o"
-    out.mkdir()
-    (out / "run.log").write_text("the log of a run that installed nothing\n")
-    (out / "extraction.preregistration.json").write_text("{}")
+    module = fake_experiment("protocol")
+
+    def run(ctx):
+        (ctx.options.out / "protocol.preregistration.json").write_text("{}")
+        raise ResourceError("a planted bad input")
+    module.run = run
+    code, _, err = fake_run(["--out", str(out)], {"protocol": module}, capsys)
+    assert code == 2 and "a planted bad input" in one_error_line(err)
+    rid = read(out / ".run-in-progress")["run_id"]
+    assert sorted(p.name for p in out.iterdir()) == [".run-in-progress", "protocol.preregistration.json", "run.log"]
     code, stdout, _ = fake_run(["--out", str(out)], two(), capsys)
     assert code == 0
-    swept = [line for line in stdout.splitlines() if line.startswith("swept")]
-    assert len(swept) == 1 and "run.log" in swept[0] and "extraction.preregistration.json" in swept[0]
-    assert not (out / "extraction.preregistration.json").exists()
-    assert "installed nothing" not in (out / "run.log").read_text()
+    swept = [line for line in stdout.splitlines() if line.startswith("removed")]
+    assert len(swept) == 1 and f"run {rid}" in swept[0] and "it ended (stopped by an error (exit 2); no evidence installed) without a manifest" in swept[0], stdout
+    assert "run.log" in swept[0] and "protocol.preregistration.json" in swept[0] and "claimed" in swept[0]
+    assert not (out / "protocol.preregistration.json").exists() and rid not in (out / "run.log").read_text()
 
 
 def test_temp_dirs_live_inside_the_area_they_become(fake_run, tmp_path, capsys, monkeypatch):
@@ -301,9 +358,9 @@ def test_temp_dirs_live_inside_the_area_they_become(fake_run, tmp_path, capsys, 
     moves = []
     real_install = run_py.install
 
-    def install(tmp, final):
+    def install(tmp, final, run_id):
         moves.append((Path(tmp), Path(final), sorted(p.name for p in Path(tmp).iterdir())))
-        real_install(tmp, final)
+        real_install(tmp, final, run_id)
     monkeypatch.setattr(run_py, "install", install)
     out = tmp_path / "o"
     assert fake_run(["--out", str(out)], {"protocol": fake_experiment("protocol")}, capsys)[0] == 0

@@ -3,24 +3,33 @@
 
 The data is conftest's SMALL_DATA: the first 24 rows of fixtures/reviews_872_dev.tsv (12 per label), imported with
 `prepare.py --data-file --name` like a user's own file, so that "every row" is cheap enough for the suite: the
-protocol on the real model, and options (5 conditions) + extraction (pre-registered sample drawn from all rows
-before generation) on the tiny random model. Whole splits at full size are a benchmark (bench.py, README), not a
-test. The selection rules behind `all` are unit-tested in test_stats.py (options, extraction's sample, MC-TACO's
-whole questions, harness).
+protocol, options (5 conditions) and extraction (pre-registered sample drawn from all rows before generation) on
+the real model, in the session's one run of the three (conftest.small_split_all_run) and its one audit
+(conftest.small_split_all_audit). Whole splits at full size are a benchmark (bench.py, README), not a test. The
+selection rules behind `all` are unit-tested in test_stats.py (options, extraction's sample, MC-TACO's whole
+questions, harness).
 """
 import json
 
 import pytest
 
-from conftest import SMALL_DATA, SMALL_N, run_cli
+from conftest import SMALL_N
+
+
+def audit_passes(audit, names):
+    """The session's audit of the run passed at every level, with rows for each experiment of `names`."""
+    proc, report = audit
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert report["exit_code"] == 0 and "RESULT: PASS" in proc.stdout
+    for name in names:
+        levels = {c["level"] for c in report["checks"] if c["experiment"] == name and c["status"] == "PASS"}
+        assert {"arithmetic", "identity", "forward"} <= levels, (name, levels)
+    return proc
 
 
 @pytest.mark.slow
-def test_protocol_split_all_runs_every_row_and_audits_at_every_level(small_data_cache, tmp_path):
-    out = tmp_path / "O"
-    proc = run_cli("run.py", "--cache", small_data_cache, "--out", out, "--experiment", "protocol", "--data",
-                   SMALL_DATA, "--split", "all", "--no-cache")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_protocol_split_all_runs_every_row_and_audits_at_every_level(small_split_all_run, small_split_all_audit):
+    out, proc = small_split_all_run
     assert "SPLIT ALL" in proc.stdout and "[protocol] split=all" in proc.stdout
     records = [json.loads(l) for l in (out / "protocol" / "records.jsonl").read_text().splitlines()]
     assert [r["idx"] for r in records] == list(range(SMALL_N))
@@ -30,6 +39,7 @@ def test_protocol_split_all_runs_every_row_and_audits_at_every_level(small_data_
     assert cfg["confirmation_items_scored"] is summary["confirmation_items_scored"] is True
     assert cfg["selection"]["item_idx"] == list(range(SMALL_N)) and summary["n_items"] == SMALL_N
     assert summary["agreement"]["max_abs_diff"] == 0.0
+    assert cfg["independent"]["result_cache"]["enabled"] is False          # every score computed in the run
     unc = summary["uncertainty"]
     ind = unc["accuracies"]["independent/accuracy"]
     assert (ind["correct"], ind["n"]) == (summary["independent"]["correct"], SMALL_N)
@@ -37,16 +47,15 @@ def test_protocol_split_all_runs_every_row_and_audits_at_every_level(small_data_
     assert unc["paired"]["independent_vs_constant_class"]["n"] == SMALL_N
     assert 'SPLIT ALL' in (out / "report.html").read_text()
 
-    audit = run_cli("audit.py", out, "--strict", "--tokens", "--forward", "--cache", small_data_cache)
-    assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr
+    audit = audit_passes(small_split_all_audit, ["protocol"])
     assert "SPLIT ALL SCORED" in audit.stdout
 
 
 @pytest.mark.slow
-def test_options_and_extraction_accept_split_all_on_a_tiny_model(tiny_split_all_run, tiny_small_data_cache):
-    """Plumbing on the tiny random model: options (5 conditions) and extraction (with its pre-registered sample
-    drawn from all rows before generation) on --split all; the audit passes at every level."""
-    out, _ = tiny_split_all_run
+def test_options_and_extraction_accept_split_all(small_split_all_run, small_split_all_audit):
+    """options (5 conditions) and extraction (with its pre-registered sample drawn from all rows before generation)
+    on --split all; the audit passes at every level."""
+    out, _ = small_split_all_run
     opt = [json.loads(l) for l in (out / "options" / "records.jsonl").read_text().splitlines()]
     assert [r["idx"] for r in opt[::5]] == list(range(SMALL_N)) and len(opt) == 5 * SMALL_N
     ext = [json.loads(l) for l in (out / "extraction" / "records.jsonl").read_text().splitlines()]
@@ -57,6 +66,4 @@ def test_options_and_extraction_accept_split_all_on_a_tiny_model(tiny_split_all_
         summary = json.loads((out / name / "summary.json").read_text())
         assert summary["split"] == "all" and summary["confirmation_items_scored"] is True
         assert summary["uncertainty"]["paired"] and summary["uncertainty"]["accuracies"]
-    audit = run_cli("audit.py", out, "--strict", "--tokens", "--forward", "--cache", tiny_small_data_cache,
-                    "--report", out.parent / "tiny_split_all.audit.json")
-    assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr
+    audit_passes(small_split_all_audit, ["options", "extraction"])

@@ -6,13 +6,15 @@ too. Pass --report elsewhere for a run directory that must stay untouched (or is
 import sys
 from pathlib import Path
 
-from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, AuditOptions, print_report, write_report
+from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, AuditOptions, print_report, short, write_report
+from evidence_audit.definitions import is_int
 from evidence_audit.lmeval.driver import audit_lmeval
-from evidence_audit.reading import Unreadable
+from evidence_audit.reading import Unreadable, parse_strict, read_json
 
 LEVELS_SAY = ("levels: arithmetic = per-sample metrics, aggregates, hashes and doc_ids from the run alone; identity "
-              "(--tokens) = each sample's doc against --data, prompts re-rendered, token boundaries (--model); forward "
-              "(--forward) = every loglikelihood re-scored with audit.py's own forward pass (--model)")
+              "(--tokens) = each sample's doc against --data, targets and prompts (few-shot too) re-rendered, token "
+              "boundaries (--model); forward (--forward) = every loglikelihood re-scored with audit.py's own forward "
+              "pass (--model)")
 
 
 def lmeval_args(ap):
@@ -22,6 +24,9 @@ def lmeval_args(ap):
     g.add_argument("--data", action="append", default=[], metavar="[TASK=]FILE",
                    help="identity level: local copy of the evaluated split (.parquet, .jsonl, .tsv); TASK=FILE for one "
                         "task of several (repeatable)")
+    g.add_argument("--fewshot-data", action="append", default=[], metavar="[TASK=]FILE",
+                   help="identity level of a few-shot run: local copy (.parquet, .jsonl) of the split lm-eval drew "
+                        "the examples from (fewshot_split, else training_split, ...), when it is not the --data split")
     g.add_argument("--model", type=Path, metavar="DIR",
                    help="model directory (tokenizer.json, config.json, model.safetensors) for token boundaries and "
                         "the forward level")
@@ -29,6 +34,26 @@ def lmeval_args(ap):
                    help="forward level: re-score at most N requests per task, documents chosen by sha256(salt:task:"
                         "doc_id) before any score is read (the report says it is a sample)")
     g.add_argument("--task", action="append", metavar="NAME", help="audit only this task (repeatable)")
+    g.add_argument("--samples", metavar="FILE|JSON",
+                   help="the selection the run was made with (lm-eval's --samples: a JSON file or the JSON itself, "
+                        "{task: [doc ids]}); lm-eval does not record it, so without it a --samples run FAILs its "
+                        "sample count")
+
+
+def read_selection(arg):
+    """--samples as lm-eval's __main__ reads it: the path of a JSON file when one exists, else the JSON text;
+    {task: [doc ids]}. Unreadable with one line otherwise."""
+    path = Path(arg)
+    try:
+        is_file = path.is_file()
+    except OSError:         # JSON text too long for a file name
+        is_file = False
+    where = str(path) if is_file else "--samples"
+    obj = read_json(path) if is_file else parse_strict(arg, where)
+    ok = isinstance(obj, dict) and all(isinstance(v, list) and all(is_int(i) for i in v) for v in obj.values())
+    if not ok:
+        raise Unreadable(f"{where}: expected {{task: [doc_id, ...]}} (lm-eval's --samples), found {short(obj, 80)}")
+    return obj
 
 
 def lmeval_main(args):
@@ -44,10 +69,12 @@ def lmeval_main(args):
     levels = (ARITHMETIC,) + ((IDENTITY,) if args.tokens or args.forward else ()) \
         + ((FORWARD,) if args.forward else ())
     try:
+        selection = read_selection(args.samples) if args.samples is not None else None
         report = audit_lmeval(args.lm_eval, levels, args.data, args.model, args.sample, args.task,
-                              options=AuditOptions(threads=args.threads))
+                              options=AuditOptions(threads=args.threads), fewshot=args.fewshot_data,
+                              selection=selection)
     except Unreadable as e:
-        print(f"error: unreadable lm-eval output: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)       # the message names the file: run, --samples or --model
         return 2
     if args.strict and report["n_skipped_requested"] and report["exit_code"] == 0:
         report["exit_code"], report["result"] = 1, "FAIL"

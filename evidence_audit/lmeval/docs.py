@@ -47,10 +47,38 @@ def short_set(ids):
     return str(ids[:10])[:-1] + (", …]" if len(ids) > 10 else "]")
 
 
+def selection_row(C, t, ids):
+    """The count row of a run made with `--samples` (the selection the user passed, t.selection): lm-eval 0.4.9.2
+    iterates the selected documents that exist (0 <= id < original), each once, in dataset order, labels the k-th
+    with the k-th id of the list as given, and records n-samples.effective as the whole split."""
+    bad, ns, sel = [], t.n_samples, t.selection
+    iterated = sorted({i for i in sel if 0 <= i < ns["original"]})
+    labels = sel[:len(iterated)]
+    expect(bad, "n-samples", "effective", ns["effective"], ns["original"],
+           "a --samples run records the whole split as effective")
+    if len(iterated) < len(sel):
+        bad.append(f"--samples {t.name}: {len(sel) - len(iterated)} id(s) repeated or outside 0..{ns['original'] - 1}: "
+                   "lm-eval logs the other documents under shifted ids")
+    for f, ss in t.by_filter().items():
+        if len(ss) != len(iterated):
+            bad.append(f"filter {f}: {len(ss)} samples logged, the --samples selection has {len(iterated)} documents")
+    missing, extra = sorted(set(labels) - set(ids)), sorted(set(ids) - set(labels))
+    if missing:
+        bad.append(f"doc_ids {short_set(missing)}: selected by --samples, not logged")
+    if extra:
+        bad.append(f"doc_ids {short_set(extra)}: logged, not selected by --samples")
+    C.add(t.label, ARITHMETIC, "sample count vs the --samples selection", len(ids), bad,
+          note=f"{len(iterated)} selected documents")
+
+
 def count_row(C, t, ids):
     """Samples per filter against n-samples.effective (= min(limit, original)) and the recorded limit; without a
-    limit, against 0..effective-1 (a --samples run logs fewer: lm-eval 0.4.9.2 does not record the selection and
-    still reports the whole split as effective)."""
+    limit, against 0..effective-1. A run made with --samples logs fewer and lm-eval 0.4.9.2 does not record the
+    selection: given the selection (audit.py --samples), selection_row checks against it instead; without it this
+    row FAILs naming the likely cause."""
+    if t.selection is not None:
+        selection_row(C, t, ids)
+        return
     bad, ns, limit = [], t.n_samples, t.limit
     expected_eff = min(int(limit), ns["original"]) if isinstance(limit, (int, float)) and limit else ns["original"]
     if isinstance(limit, float) and 0 < limit < 1:
@@ -59,7 +87,8 @@ def count_row(C, t, ids):
         expect(bad, "n-samples", "effective", ns["effective"], expected_eff, f"min(limit {limit}, original)")
     for f, ss in t.by_filter().items():
         if len(ss) != ns["effective"]:
-            why = "a sample deleted, or a --samples run, which 0.4.9.2 does not record" \
+            why = "a sample deleted, or a --samples run, which 0.4.9.2 does not record: pass its selection to " \
+                  "audit.py --samples" \
                 if len(ss) < ns["effective"] else "extra samples"
             bad.append(f"filter {f}: {len(ss)} samples logged, n-samples.effective {ns['effective']} ({why})")
     if limit:
@@ -108,4 +137,4 @@ def group_row(C, t):
     last = max(t.samples, key=lambda s: s.doc_id)
     C.skip(t.label, ARITHMETIC, check, f"limit {t.limit} < {ns['original']} documents: the last logged group "
                                        f"({group_of(last.raw['doc'])[1]}) may continue after the cut; "
-                                       "--tokens --data FILE decides")
+                                       "--tokens --data FILE decides", requested=False)     # the identity row's

@@ -25,9 +25,10 @@ def data_for(data_args, task):
     return Path(named[task]) if task in named else (Path(plain[-1]) if plain else None)
 
 
-def tasks_of(run, res, several, C, only):
-    """The TaskRuns of one run (results configs x samples files); rows for a task without samples, samples
-    without a task, and a results entry with no config (a group: SKIPPED by name)."""
+def tasks_of(run, res, several, C, only, selection=None):
+    """The TaskRuns of one run (results configs x samples files; `selection`: audit.py --samples, {task: ids});
+    rows for a task without samples, samples without a task, and a results entry with no config (a group: SKIPPED
+    by name)."""
     out, top = [], res.data
     label = lambda name: f"{name}@{run.date_id[:19]}" if several else name      # noqa: E731
     for name in top["configs"]:
@@ -41,9 +42,9 @@ def tasks_of(run, res, several, C, only):
             continue
         if not isinstance(top["results"].get(name), dict) or not isinstance(top["n-samples"].get(name), dict):
             raise Unreadable(f"{res.path}: field 'results.{name}' or 'n-samples.{name}': missing for a configured task")
-        chat = bool(top.get("chat_template") or top.get("system_instruction"))
         out.append(TaskRun(name, label(name), top["configs"][name], top["results"][name], top["n-samples"][name],
-                           top["config"], read_samples(run.samples[name]), run.samples[name], chat))
+                           top["config"], read_samples(run.samples[name]), run.samples[name],
+                           (selection or {}).get(name)))
     for name in sorted(set(run.samples) - set(top["configs"])):
         C.add(label(name), ARITHMETIC, "samples file", 0,
               [f"{run.samples[name].name}: no config for task {name} in {res.name}"])
@@ -62,22 +63,35 @@ def audit_task(C, t, res, levels, opts):
     aggregate.aggregate_rows(C, t, res.name)
     ids = None
     if IDENTITY in levels:
-        identity.identity_rows(C, t, data_for(opts["data"], t.name), opts["loaded"])
+        identity.identity_rows(C, t, res.data, data_for(opts["data"], t.name), data_for(opts["fewshot"], t.name),
+                               opts["loaded"])
         ids = rescore.boundary_rows(C, t, opts["model"], res.data)
     if FORWARD in levels:
         return rescore.forward_rows(C, t, opts["model"], res.data, ids, opts["sample"])
     return None
 
 
-def audit_lmeval(run_dir, levels=(ARITHMETIC,), data=(), model=None, sample=None, only=None, options=None):
-    """The report dict of `audit.py --lm-eval RUN_DIR` (options: checks.AuditOptions, e.g. --threads). Raises
-    Unreadable (exit 2) for an unreadable or unknown format."""
+def verdict(report, rows):
+    """headline's verdict, then INCOMPLETE instead of FAIL when every failure is a check the audit could not do
+    (the exit code stays 1: such a run never PASSes)."""
+    headline(report)
+    failed = [r for r in rows if r["status"] == "FAIL"]
+    if failed and all(f.startswith("INCOMPLETE: ") for r in failed for f in r["failures"]):
+        report["result"] = f"INCOMPLETE: {len(failed)} requested check(s) could not run (see their rows)"
+    return report
+
+
+def audit_lmeval(run_dir, levels=(ARITHMETIC,), data=(), model=None, sample=None, only=None, options=None,
+                 fewshot=(), selection=None):
+    """The report dict of `audit.py --lm-eval RUN_DIR` (options: checks.AuditOptions, e.g. --threads; fewshot:
+    the --fewshot-data arguments; selection: --samples, {task: doc ids}). Raises Unreadable (exit 2) for an
+    unreadable or unknown format."""
     C, details, tasks = Checks(options), {}, []
-    opts = {"data": data, "model": model, "sample": sample, "loaded": {}}
+    opts = {"data": data, "fewshot": fewshot, "model": model, "sample": sample, "loaded": {}}
     runs = discover(run_dir)
     for run in runs:
         res = Results(run.results)
-        for t in tasks_of(run, res, len(runs) > 1, C, only):
+        for t in tasks_of(run, res, len(runs) > 1, C, only, selection):
             tasks.append(t.label)
             figures = audit_task(C, t, res, levels, opts)
             if figures:
@@ -87,6 +101,9 @@ def audit_lmeval(run_dir, levels=(ARITHMETIC,), data=(), model=None, sample=None
     for name in only or []:
         if name not in tasks:
             C.add(name, ARITHMETIC, "task", 0, [f"--task {name}: no such task in {run_dir}"])
+    for name in selection or {}:
+        if not any(t == name or t.startswith(f"{name}@") for t in tasks) and (not only or name in only):
+            C.add(name, ARITHMETIC, "task", 0, [f"--samples {name}: no such task in {run_dir}"])
     status = [r["status"] for r in C.rows]
     report = {"audit_format": AUDIT_FORMAT, "evidence": str(run_dir), "kind": "lm-eval output", "levels": list(levels),
               "cache": None, "experiments": tasks, "checks": C.rows, "n_pass": status.count("PASS"),
@@ -94,4 +111,4 @@ def audit_lmeval(run_dir, levels=(ARITHMETIC,), data=(), model=None, sample=None
               "n_skipped_requested": sum(1 for r in C.rows if r["status"] == "SKIPPED" and r.get("requested", True)),
               "details": details, "run_id": None, "public_only": False, "private_absent": [],
               "results_files": [str(r.results) for r in runs], "exit_code": 1 if "FAIL" in status else 0}
-    return headline(report)
+    return verdict(report, C.rows)

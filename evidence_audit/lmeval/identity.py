@@ -3,70 +3,19 @@ the task config renders?
 
 With --data FILE: each logged doc against the dataset row at its doc_id (names every mislabelled sample), the
 doc_hash recomputed from that row, and a limit that cuts a (sentence, question) group named. From the run's own
-dumped config: doc_to_target and doc_to_text (plus description) re-rendered in a sandboxed Jinja environment and
-compared with the logged target and each request's context; multiple_choice continuations from doc_to_choice.
+dumped config (prompt.py, sandboxed Jinja): every logged target re-rendered (always: a target depends on its
+document alone), and every request's context re-rendered, few-shot examples included (drawn from --data or
+--fewshot-data as lm-eval draws them). A context the audit cannot render (a chat template, a few-shot split it was
+not given) FAILs as INCOMPLETE: what a results file declares never switches a check off.
 With --model DIR: the continuation token boundaries (tokens.py)."""
-import ast
-
 from evidence_audit.checks import IDENTITY, expect, short
+from evidence_audit.lmeval import prompt
 from evidence_audit.lmeval.data import load_rows, same_row
 from evidence_audit.lmeval.docs import doc_hash
 from evidence_audit.lmeval.task import group_of
 
-_ENV, _TEMPLATES = [], {}
-
-
-MAX_TEMPLATE_CHARS = 1 << 16     # a task template is a few hundred characters
-MAX_REPEAT = 1 << 16             # the largest string/list `*` and the largest `**` exponent a template may compute
-
-
-def jinja():
-    """jinja2's ImmutableSandboxedEnvironment with lm-eval's settings (StrictUndefined, keep_trailing_newline) and
-    its regex_replace filter: a template from an untrusted run cannot reach Python objects, and `*` / `**` are
-    bounded (a template cannot build a huge string). Not bounded: a long loop (jinja's sandbox caps one range() at
-    100000 items) makes the audit slow."""
-    if not _ENV:
-        import re
-
-        from jinja2 import StrictUndefined
-        from jinja2.exceptions import SecurityError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        class Bounded(ImmutableSandboxedEnvironment):
-            intercepted_binops = frozenset(["*", "**"])
-
-            def call_binop(self, context, operator, left, right):
-                sizes = [len(x) for x in (left, right) if isinstance(x, (str, list, tuple))]
-                counts = [abs(x) for x in (left, right) if isinstance(x, int)]
-                if operator == "**" and counts and abs(right if isinstance(right, int) else 0) > 64 \
-                        or operator == "*" and sizes and max(sizes) * max(counts or [0]) > MAX_REPEAT:
-                    raise SecurityError(f"template computes {operator} over the audit's bound")
-                return super().call_binop(context, operator, left, right)
-
-        env = Bounded(undefined=StrictUndefined, keep_trailing_newline=True)
-        env.filters["regex_replace"] = lambda s, pattern, repl, count=0: re.sub(pattern, repl, s, count=count)
-        _ENV.append(env)
-    return _ENV[0]
-
-
-def template(spec):
-    """A compiled template (cached), refusing one over MAX_TEMPLATE_CHARS."""
-    if len(spec) > MAX_TEMPLATE_CHARS:
-        raise ValueError(f"template of {len(spec)} characters, over the audit's bound of {MAX_TEMPLATE_CHARS}")
-    if spec not in _TEMPLATES:
-        _TEMPLATES[spec] = jinja().from_string(spec)
-    return _TEMPLATES[spec]
-
-
-def render(spec, doc, has_choices):
-    """api/task.py doc_to_text / doc_to_target for a config value `spec`: an int as it is, a document field by
-    name, else a Jinja template (a rendered number becomes an int when the task has doc_to_choice)."""
-    if isinstance(spec, int):
-        return spec
-    if spec in doc:
-        return doc[spec]
-    text = template(spec).render(**doc)
-    return ast.literal_eval(text) if text.isdigit() and has_choices else text
+TARGET_CHECK = "target re-rendered from doc_to_target"
+PROMPT_CHECK = "prompt re-rendered from the config (description, few-shot examples, doc_to_text; sandboxed Jinja)"
 
 
 def data_rows(C, t, rows, typed, data_path):
@@ -98,45 +47,100 @@ def data_rows(C, t, rows, typed, data_path):
     C.add(t.label, IDENTITY, check, len(logged), bad)
 
 
-def prompt_rows(C, t):
-    """Rows "target re-rendered" and "prompt re-rendered": SKIPPED, naming why, for few-shot, chat template,
-    system instruction or gen_prefix runs (their context is not description + doc_to_text)."""
-    cfg = t.config
-    why = [k for k, on in (("num_fewshot", cfg.get("num_fewshot") not in (0, None)),
-                           ("gen_prefix", cfg.get("gen_prefix")),
-                           ("doc_to_text", not isinstance(cfg.get("doc_to_text"), str)),
-                           ("doc_to_target", not isinstance(cfg.get("doc_to_target"), (str, int))),
-                           ("chat_template / system_instruction", t.chat)) if on]
-    if why:
-        for check in ("target re-rendered from doc_to_target", "prompt re-rendered from doc_to_text"):
-            C.skip(t.label, IDENTITY, check,
-                   f"config {', '.join(why)}: re-rendering not implemented for it; NOT checked")
-        return
-    has_choices = cfg.get("doc_to_choice") is not None
-    bad_t, bad_p = [], []
+def incomplete(why):
+    """The one failure of a check the audit was asked for and cannot do: FAIL, never PASS (the report's verdict
+    says INCOMPLETE when nothing else failed)."""
+    return [f"INCOMPLETE: {why}; NOT checked"]
+
+
+def target_rows(C, t):
+    """Row TARGET_CHECK: every logged target against str(doc_to_target(doc)). A target is rendered from its own
+    document alone, whatever few-shot or chat settings the run declares, so this row always runs."""
+    bad = []
     for s in t.samples:
-        doc = s.raw["doc"]
         try:
-            target = render(cfg["doc_to_target"], doc, has_choices)
-            text = render(cfg["doc_to_text"], doc, has_choices)
-            desc = template(cfg["description"]).render(**doc) if cfg.get("description") else ""
+            target = prompt.target_of(t.config, s.raw["doc"])
         except Exception as e:      # a template error is a finding about this sample, not a crash of the audit
-            bad_p.append(f"{s.where} doc_to_text/doc_to_target: cannot render ({type(e).__name__}: {str(e)[:80]})")
+            bad.append(f"{s.where} doc_to_target: cannot render ({type(e).__name__}: {str(e)[:80]})")
             continue
-        expect(bad_t, s.where, "target", s.raw["target"], str(target), "doc_to_target rendered on the logged doc")
-        if not isinstance(text, str):
-            bad_p.append(f"{s.where} doc_to_text: renders {short(text)}, not a string; NOT re-rendered")
-            continue
-        for i, (ctx, _) in enumerate(s.requests):
-            expect(bad_p, s.where, f"arguments.gen_args_{i}.arg_0", ctx, desc + text,
-                   "description + doc_to_text rendered on the logged doc")
-    C.add(t.label, IDENTITY, "target re-rendered from doc_to_target", len(t.samples), bad_t)
-    C.add(t.label, IDENTITY, "prompt re-rendered from doc_to_text (sandboxed Jinja)", len(t.samples), bad_p)
+        expect(bad, s.where, "target", s.raw["target"], target, "doc_to_target rendered on the logged doc")
+    C.add(t.label, IDENTITY, TARGET_CHECK, len(t.samples), bad)
 
 
-def identity_rows(C, t, data, loaded):
-    """The identity level of one task, without the tokenizer (rescore.boundary_rows adds that). `loaded`: this
-    audit's {--data path: (rows, typed)} (one file may serve several tasks)."""
+def fewshot_docs(t, data, fewshot, loaded):
+    """The documents lm-eval drew few-shot examples from: fewshot_config's list, --fewshot-data, or --data when
+    the few-shot split is the evaluated one. Unrenderable naming the missing file otherwise."""
+    kind, value = prompt.fewshot_source(t.config)
+    if kind == "samples":
+        return value
+    path = fewshot if fewshot is not None else data if value == prompt.eval_split(t.config) else None
+    if path is None:
+        raise prompt.Unrenderable(f"num_fewshot {t.config.get('num_fewshot')} draws from split {value!r}: pass "
+                                  f"--fewshot-data {t.name}=FILE (a local copy of that split)"
+                                  + ("" if value != prompt.eval_split(t.config) else " or --data"))
+    if path not in loaded:
+        loaded[path] = load_rows(path)
+    rows, typed = loaded[path]
+    if not typed:
+        raise prompt.Unrenderable(f"{path}: a .tsv has no types and lm-eval compares and renders typed documents; "
+                                  "pass .parquet or .jsonl")
+    return rows
+
+
+def render_each(render, doc):
+    """One document's context, or the template error (a finding about that sample, not a crash of the audit)."""
+    try:
+        return render.context(doc)
+    except prompt.Unrenderable:
+        raise
+    except Exception as e:
+        return e
+
+
+def contexts(t, top, data, fewshot, loaded):
+    """{doc_id: the context lm-eval 0.4.9.2 gives every request of that document, or the template error},
+    rendered in lm-eval's order (the logged doc_ids of one filter, ascending: dataset order). Unrenderable for
+    what is not implemented."""
+    why = prompt.not_implemented(t.config, top)
+    if why:
+        raise prompt.Unrenderable(why)
+    k = t.config.get("num_fewshot") or 0
+    docs = fewshot_docs(t, data, fewshot, loaded) if k else []
+    render = prompt.Renderer(t.config, top, t.run_config, docs)
+    first = t.by_filter().get(t.samples[0].raw["filter"], []) if t.samples else []
+    return {s.doc_id: render_each(render, s.raw["doc"]) for s in sorted(first, key=lambda s: s.doc_id)}
+
+
+def prompt_rows(C, t, top, data, fewshot, loaded):
+    """Row PROMPT_CHECK: every request's context against the context rendered from the config, the document and
+    (few-shot) the few-shot split. What the audit cannot render FAILs as INCOMPLETE: a results file that declares
+    few-shot or chat settings never switches the check off."""
+    try:
+        want = contexts(t, top, data, fewshot, loaded)
+    except prompt.Unrenderable as e:
+        C.add(t.label, IDENTITY, PROMPT_CHECK, len(t.samples), incomplete(str(e)))
+        return
+    bad = []
+    for s in t.samples:
+        ctx = want.get(s.doc_id)
+        if isinstance(ctx, Exception):
+            bad.append(f"{s.where} context: cannot render ({type(ctx).__name__}: {str(ctx)[:80]})")
+            continue
+        if ctx is None:
+            bad.append(f"{s.where} doc_id: not logged under the first filter; context NOT rendered")
+            continue
+        for i, (logged, _) in enumerate(s.requests):
+            expect(bad, s.where, f"arguments.gen_args_{i}.arg_0", logged, ctx,
+                   "rendered from the config on the logged doc")
+    k = t.config.get("num_fewshot") or 0
+    C.add(t.label, IDENTITY, PROMPT_CHECK, len(t.samples), bad,
+          note=f"num_fewshot {k}" + (f", fewshot_seed {t.run_config.get('fewshot_seed')}" if k else ""))
+
+
+def identity_rows(C, t, top, data, fewshot, loaded):
+    """The identity level of one task, without the tokenizer (rescore.boundary_rows adds that). `top`: the results
+    file; `data`, `fewshot`: this task's --data and --fewshot-data files (or None); `loaded`: this audit's
+    {path: (rows, typed)} (one file may serve several tasks)."""
     if data is None:
         C.skip(t.label, IDENTITY, "each logged doc == the data row at its doc_id (and its doc_hash)",
                "needs --data FILE (a local copy of the evaluated split): mislabelled samples NOT checked")
@@ -144,4 +148,5 @@ def identity_rows(C, t, data, loaded):
         if data not in loaded:
             loaded[data] = load_rows(data)
         data_rows(C, t, *loaded[data], data)
-    prompt_rows(C, t)
+    target_rows(C, t)
+    prompt_rows(C, t, top, data, fewshot, loaded)

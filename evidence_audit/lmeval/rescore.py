@@ -17,6 +17,7 @@ from evidence_audit.checks import FORWARD, IDENTITY, expect
 from evidence_audit.definitions import argmax_first
 from evidence_audit.lmeval import fmt
 from evidence_audit.lmeval.persample import LOGLIKELIHOOD
+from evidence_audit.model_files import check_model_dir
 
 SAMPLE_SALT = "lmeval-forward-sample-v1"
 BOUNDARIES = "continuation token boundaries (model's tokenizer, lm-eval's _encode_pair)"
@@ -45,6 +46,8 @@ def boundary_rows(C, t, model_dir, top):
     if t.output_type not in LOGLIKELIHOOD:
         C.skip(t.label, IDENTITY, BOUNDARIES, f"output_type {t.output_type}: no loglikelihood request", requested=False)
         return None
+    if model_dir:
+        check_model_dir(model_dir)      # a hostile directory: one line, exit 2, before anything of it loads
     tok_path = Path(model_dir) / "tokenizer.json" if model_dir else None
     if tok_path is None or not tok_path.exists():
         C.skip(t.label, IDENTITY, BOUNDARIES, f"needs --model DIR with tokenizer.json (found {tok_path})")
@@ -99,6 +102,7 @@ def model_row(C, t, model_dir, top):
                f"the run's model_dtype is {dtype}: the audit's forward pass is float32 and its 1e-4 tolerance does not "
                "cover that rounding (run lm-eval with dtype=float32)")
         return None
+    check_model_dir(model_dir)
     forward.use_threads(C.options.threads)
     model, why = forward.load_llama(model_dir)
     if model is None:

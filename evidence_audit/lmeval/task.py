@@ -22,7 +22,7 @@ class TaskRun:
     run_config: dict    # results["config"]: limit, bootstrap_iters, model_args, ...
     samples: list       # [fmt.Sample] in file order
     path: object        # the samples file
-    chat: bool = False  # the run applied a chat template or a system instruction (results' top-level keys)
+    selection: list = None      # the doc ids the user passed to lm-eval's --samples for this task (audit.py --samples)
 
     @property
     def output_type(self):

@@ -1,7 +1,9 @@
 """Tamper kinds for O as a whole: the manifest and the files it seals, files the per-experiment rules do not read
 (environment.json, report.html, O/private/<exp>/run.json), directories deleted, renamed or added, links and
 special files, JSON a lenient reader would accept (duplicate keys, NaN, deep nesting, huge integers, lone
-surrogates, bytes that are not UTF-8), and evidence of a format the audit does not read (or of none)."""
+surrogates, bytes that are not UTF-8), evidence of a format the audit does not read (or of none), and what a
+resealing forger deletes or adds where only the manifest used to look (an experiment, O/private, a public note,
+private text made public, a page that shows numbers no cell vouches for, per-rank facts, a forged audit.json)."""
 import os
 import re
 import shutil
@@ -74,7 +76,7 @@ def manifest_kinds():
         kind("delete_manifest", GLOBAL, "delete MANIFEST.json", lambda d: need(d / "MANIFEST.json").unlink(),
              MANIFEST_LEVEL, "MANIFEST.json present", seal=False),
         kind("manifest_entry_changed", GLOBAL, "MANIFEST.json: one file's sha256 changed",
-             json_file("MANIFEST.json", m_manifest_entry), MANIFEST_LEVEL, PUBLIC, seal=False),
+             json_file("MANIFEST.json", m_manifest_entry), MANIFEST_LEVEL, PUBLIC, seal=None),
         kind("manifest_experiment_dropped", GLOBAL, "MANIFEST.json: the last experiment removed from the list",
              json_file("MANIFEST.json", m_manifest_drop_experiment), MANIFEST_LEVEL, LISTED, seal=False),
         kind("public_file_edited_unsealed", "options", "options/records.jsonl: one correctness flipped, manifest "
@@ -258,5 +260,124 @@ def format_kinds():
     ]
 
 
+# ---- what a resealing forger does that only the manifest used to see -------------------------------------------------
+# Each names the check written for it (all at the arithmetic level, none reading MANIFEST.json); the raw form of each
+# is caught by the manifest level.
+
+RAN = "experiments the recorded command ran"
+PRIVATE_EXPECTED = "private evidence each experiment writes"
+PUBLIC_RULES = "public files run.py writes"
+NO_LEAK = "no private text in the public part"
+ENV_RANKS = "environment.json data_parallel"
+
+
+def m_remove_experiment(exp):
+    """O/<exp>/ and O/private/<exp>/ deleted, and <exp> taken off MANIFEST.json's list of experiments."""
+    def apply(d):
+        shutil.rmtree(need(d / exp))
+        shutil.rmtree(need(d / "private" / exp))
+        json_file("MANIFEST.json", lambda o: o.update(experiments=[e for e in o["experiments"] if e != exp]))(d)
+    return apply
+
+
+def m_private_removed_listed_empty(d):
+    shutil.rmtree(need(d / "private"))
+    json_file("MANIFEST.json", lambda o: o.update(private={}))(d)
+
+
+def m_private_text_public(d):
+    """run.log (a file every run writes) replaced by a copy of a private texts file."""
+    shutil.copy(need(d / "private" / "protocol" / "texts.jsonl"), need(d / "run.log"))
+
+
+def m_report_page(fn, what):
+    """report.html edited by fn(text) -> new text (NotApplicable when fn finds nothing to edit)."""
+    def edit(text):
+        new = fn(text)
+        if new == text:
+            raise NotApplicable(f"report.html: {what}")
+        return new
+    return lambda d: edit_text(d, "report.html", edit)
+
+
+def unsourced_cell(text):
+    """The first number cell loses its data-src and data-value and shows another number: no longer a cell the audit
+    compares, still a number a reader sees."""
+    m = CELL.search(text)
+    if m is None:
+        return text
+    tag = re.sub(r'\sdata-(src|value)="[^"]*"', "", m[0][:m[0].index(">") + 1])
+    return text[:m.start()] + tag + "99.9999" + f"</{m[1]}>" + text[m.end():]
+
+
+def added_script(text):
+    return text.replace("</body>", "<script>document.querySelectorAll('td.num').forEach(c => c.textContent = "
+                                   "'1.0000')</script></body>", 1)
+
+
+def added_style_content(text):
+    return text.replace("</head>", '<style>td.num::after { content: "0.9999"; }</style></head>', 1)
+
+
+def m_env_world_size(env):
+    """environment.json data_parallel claims one rank more (a one-process run: a torchrun run of two ranks)."""
+    dp = env.get("data_parallel")
+    if dp is None:
+        env["data_parallel"] = {"mode": "distributed", "world_size": 2, "launcher": "torchrun", "backend": "gloo",
+                                "rule": "whole batches", "ranks": [fake_rank(0), fake_rank(1)]}
+    else:
+        dp["ranks"].append(dict(dp["ranks"][-1], rank=len(dp["ranks"])))
+        dp["world_size"] = len(dp["ranks"])
+
+
+def fake_rank(k):
+    return {"rank": k, "host": "node", "pid": 1000 + k, "wall_s": 10.0, "peak_rss_bytes": 1 << 30}
+
+
+def m_env_negative_rss(env):
+    """One rank's peak_rss_bytes in environment.json negative (one-process evidence has no ranks: the forged
+    two-rank block of m_env_world_size is added first, the last rank's RSS then made negative)."""
+    if env.get("data_parallel") is None:
+        m_env_world_size(env)
+    env["data_parallel"]["ranks"][-1]["peak_rss_bytes"] = -4096
+
+
+def m_audit_json_pass(d):
+    """An edit the arithmetic level catches, and O/audit.json claiming the audit passed it."""
+    json_file("protocol/summary.json", lambda o: o["independent"].update(accuracy=1 - o["independent"]["accuracy"]
+                                                                         if o["independent"]["accuracy"] != 0.5
+                                                                         else 0.25))(d)
+    (d / "audit.json").write_text('{"audit_format": 1, "result": "PASS", "exit_code": 0, "levels": ["arithmetic", '
+                                  '"identity", "forward"], "checks": []}\n', encoding="utf-8")
+
+
+def forger_kinds():
+    return [
+        kind("experiment_removed_resealed", "options", "O/options/ and O/private/options/ deleted, options taken "
+             "off MANIFEST.json's experiments", m_remove_experiment("options"), ARITHMETIC, RAN),
+        kind("private_removed_manifest_emptied", GLOBAL, "O/private/ deleted and MANIFEST.json \"private\": {} (the "
+             "audit must not print a bare PASS)", m_private_removed_listed_empty, ARITHMETIC, HEADLINE),
+        kind("public_notes_added", "protocol", "protocol/notes.md added (a public file no rule knows)",
+             lambda d: (need(d / "protocol") / "notes.md").write_text("reviewed by hand: all good\n"),
+             ARITHMETIC, PUBLIC_RULES),
+        kind("private_texts_in_run_log", "protocol", "run.log replaced by a copy of private/protocol/texts.jsonl",
+             m_private_text_public, ARITHMETIC, NO_LEAK),
+        kind("report_cell_unsourced", GLOBAL, "report.html: a number cell's data-src and data-value removed, "
+             "another number shown", m_report_page(unsourced_cell, "no number cell"), ARITHMETIC, REPORT,
+             seal="manifest"),
+        kind("report_script_added", GLOBAL, "report.html: a <script> that rewrites every number cell",
+             m_report_page(added_script, "no </body>"), ARITHMETIC, REPORT, seal="manifest"),
+        kind("report_style_content", GLOBAL, "report.html: a <style> whose td.num::after content shows a number",
+             m_report_page(added_style_content, "no </head>"), ARITHMETIC, REPORT, seal="manifest"),
+        kind("environment_world_size", GLOBAL, "environment.json: data_parallel claims one rank more than the run "
+             "had", json_file("environment.json", m_env_world_size), ARITHMETIC, ENV_RANKS),
+        kind("environment_rank_rss_negative", GLOBAL, "environment.json: a rank's peak_rss_bytes negative",
+             json_file("environment.json", m_env_negative_rss), ARITHMETIC, ENV_RANKS),
+        kind("audit_json_forged_pass", "protocol", "protocol/summary.json accuracy edited and O/audit.json "
+             "claiming PASS (the verdict is recomputed, never read)", m_audit_json_pass, ARITHMETIC,
+             "summary.json values"),
+    ]
+
+
 def file_kinds():
-    return manifest_kinds() + identity_kinds() + lenient_kinds() + format_kinds()
+    return manifest_kinds() + identity_kinds() + lenient_kinds() + format_kinds() + forger_kinds()

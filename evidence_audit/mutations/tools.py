@@ -1,14 +1,16 @@
 """What every tamper kind is made of: the Kind record, edits of JSON / JSONL / raw text in a copy of O, and the
-forger's cover-up after an edit (report.html's cells re-derived, MANIFEST.json resealed with
-evidence_audit.manifest.reseal).
+forger's cover-ups after an edit: report.html rebuilt by report.py (rebuild_page), MANIFEST.json resealed
+(seal, with evidence_audit.manifest.reseal).
 
-A kind names the level and the check row that must catch it. Levels are the audit's row levels: "manifest" and
-"arithmetic" run in every audit (`audit.py O`), "identity" needs --tokens, "forward" needs --forward. Two catchers
-are not check rows: READING (the strict reader refuses the file: exit 2, one line) and HEADLINE (the verdict is
-INCOMPLETE, exit 1, although no row failed).
+A kind names the level and the check row that must catch it, and the form of the forgery that name speaks of (see
+Kind). Levels are the audit's row levels: "manifest" and "arithmetic" run in every audit (`audit.py O`),
+"identity" needs --tokens, "forward" needs --forward. Two catchers are not check rows: READING (the strict reader
+refuses the file: exit 2, one line) and HEADLINE (the verdict is INCOMPLETE, exit 1, although no row failed).
 """
 import json
 import re
+import subprocess
+import sys
 from collections import namedtuple
 from pathlib import Path
 
@@ -22,15 +24,24 @@ READING = "strict reading (exit 2)"
 HEADLINE = "headline INCOMPLETE"
 GLOBAL = "-"             # the experiment column of a kind that tampers with O as a whole
 
-# kind, experiment, what it does, apply(copy of O), level, check-name prefix (or READING / HEADLINE), and how the
-# forger covers the edit up (seal): True = report.html re-derived and MANIFEST.json resealed, "manifest" = only the
-# reseal (for kinds that tamper with report.html itself), False = nothing (kinds that attack the seal itself). A
-# covered-up kind shows what the levels below the manifest, and below report.html, catch on their own.
-Kind = namedtuple("Kind", "kind experiment what apply level check seal")
+# Every kind is run in two forms (evidence_audit.mutations.selftest): "raw", the edit alone, and "resealed", the edit
+# covered up by a forger who rebuilds what is derived (report.html by report.py, then MANIFEST.json resealed, private
+# digests included). `named`: the form the named level and check speak of ("resealed" for most kinds: the row shows
+# what the levels below the manifest catch on their own; "raw" for kinds that attack what the manifest seals).
+# `cover`: how the resealed form is made: "page" (report.html rebuilt, then the reseal), "manifest" (the reseal only:
+# the kind tampers with report.html itself, which a rebuild would undo), None (no resealed form: the kind tampers
+# with MANIFEST.json itself, which a reseal would undo).
+Kind = namedtuple("Kind", "kind experiment what apply level check named cover")
+RAW, RESEALED = "raw", "resealed"
+PAGE, MANIFEST_ONLY = "page", "manifest"
+SEALS = {True: (RESEALED, PAGE), "manifest": (RESEALED, MANIFEST_ONLY), False: (RAW, PAGE), None: (RAW, None)}
 
 
 def kind(name, experiment, what, apply, level, check, seal=True):
-    return Kind(name, experiment, what, apply, level, check, seal)
+    """A Kind; seal says which form its level and check name and how its resealed form is made: True (the resealed
+    form, page rebuilt), "manifest" (the resealed form, page left as the kind made it), False (the raw form; the
+    resealed form rebuilds the page), None (the raw form; no resealed form)."""
+    return Kind(name, experiment, what, apply, level, check, *SEALS[seal])
 
 
 class NotApplicable(Exception):
@@ -38,13 +49,29 @@ class NotApplicable(Exception):
 
 
 def seal(d, how=True):
-    """What a forger who rewrites the derived files too does after an edit: report.html's number cells re-derived
-    from the edited evidence (unless how == "manifest"), then MANIFEST.json rewritten to match (nothing when O has
-    no MANIFEST.json)."""
+    """A quick cover-up for tests: report.html's number cells re-derived in process from the edited evidence (unless
+    how == "manifest"; rederive_report, an approximation of report.py that touches only number cells), then
+    MANIFEST.json rewritten to match every file, private digests included (nothing when O has no MANIFEST.json).
+    The self-test's resealed form calls seal(d, "manifest") after rebuild_page, the page report.py itself writes."""
     if how is True:
         rederive_report(Path(d))
     if (Path(d) / MANIFEST).is_file():
         reseal(d)
+
+
+REPORT_PY = Path(__file__).resolve().parents[2] / "report.py"
+
+
+def rebuild_page(d):
+    """report.html written again by report.py from the evidence now under d, in a subprocess of this interpreter
+    (the audit imports nothing of the page builder). Returns None when the page was written, else report.py's last
+    line on stderr: it refused the edited evidence, the old page stays, as it would for a forger."""
+    proc = subprocess.run([sys.executable, str(REPORT_PY), str(d)], capture_output=True, text=True,
+                          cwd=REPORT_PY.parent)
+    if proc.returncode == 0:
+        return None
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    return lines[-1].replace(str(d), "O") if lines else f"report.py exit {proc.returncode}"
 
 
 REPORT_CELL = re.compile(r'<(\w+)([^>]*?\bdata-src="([^"]*)"[^>]*?\bdata-value="([^"]*)"[^>]*)>([^<]*)</\1>')

@@ -33,8 +33,9 @@ from evidence_audit.forward import FORWARD_TOL, forget_scores, llama_logprobs, l
 from evidence_audit.model_files import is_local, rehash_problems
 from evidence_audit.reading import load_evidence, parse_strict, read_text, sha256_file, sha256_text
 from evidence_audit.rules.extraction_review import EXT_REVIEW_KEYS, ext_review, print_review, review_check
-from evidence_audit.shared import (RecordShape, config_block, deeper_levels, environment_check, hash_selection,
-                                   hash_selection_problems, identity_problems, model_problems, rank_order_problems,
+from evidence_audit.shared import (RecordShape, config_block, deeper_levels, environment_check,
+                                   hash_selection_problems, identity_problems, limit_note, limited_hash_selection,
+                                   model_problems, rank_order_problems,
                                    record_shape_check, required_files, restated_problems, split_note, split_problems,
                                    stages_check, summary_check, token_span)
 from evidence_audit.tokens import chat_template, private_texts, sst2_data_check, tokenizer_or_skip
@@ -256,7 +257,7 @@ def audit_extraction_arithmetic(C, name, out, ev):
         C.skip(name, ARITHMETIC, "(rest of the level)",
                "records.jsonl has malformed records (see 'record fields and types')")
         return None
-    selection_check(C, name, ev["config"], records, s.labels)
+    selection_check(C, name, ev, records, s.labels)
     prereg = audit_sample_check(C, name, out, ev, records)
     C.add(name, ARITHMETIC, "per-item scores and categories (consistency of the public fields)", len(records),
           [p for r in records for p in public_fields_problems(r, s)])
@@ -338,14 +339,15 @@ def generate_call_problems(bad, cfg, s):
                "no left truncation of admissible input")
 
 
-def selection_check(C, name, cfg, records, labels):
-    """Row "item selection (...)": the records are the hash rule's items in rank order, each label a label index
-    with its name."""
-    want, why, settings = hash_selection(cfg)
+def selection_check(C, name, ev, records, labels):
+    """Row "item selection (...)": the records are the hash rule's items in rank order (cut to the first N under
+    --limit N: limited_hash_selection), each label a label index with its name."""
+    cfg, bad = ev["config"], []
+    want, why, settings, limit = limited_hash_selection(bad, ev)
     if want is None:
-        bad = [f"config.json selection: {why} ({settings})"]
+        bad.append(f"config.json selection: {why} ({settings})")
     else:
-        bad = rank_order_problems([r["idx"] for r in records], want, settings)
+        bad += rank_order_problems([r["idx"] for r in records], want, settings)
         expect(bad, "config.json", "selection.item_idx", get(cfg, "selection.item_idx"), want, settings)
     for rank, r in enumerate(records):
         w = f"idx {r['idx']}"
@@ -354,7 +356,8 @@ def selection_check(C, name, cfg, records, labels):
             bad.append(f"{w} label: {r['label']} is not a label index")
         else:
             expect(bad, w, "label_name", r["label_name"], labels[r["label"]])
-    C.add(name, ARITHMETIC, "item selection (hash rule, rank order, labels)", len(records), bad)
+    C.add(name, ARITHMETIC, "item selection (hash rule, rank order, --limit, labels)", len(records), bad,
+          note=limit_note(limit))
 
 
 # ---- the pre-registered audit sample -------------------------------------------------------------------------------
@@ -395,6 +398,9 @@ def sample_problems(prereg, cfg, records):
     expect(bad, EXT_PREREG, "split", prereg.get("split", MISSING), cfg.get("split"))
     expect(bad, EXT_PREREG, "population.item_idx", get(prereg, "population.item_idx"), [r["idx"] for r in records])
     expect(bad, EXT_PREREG, "population.labels", get(prereg, "population.labels"), [r["label"] for r in records])
+    # under --limit the sample is drawn from the first N items, and the pre-registration says so
+    expect(bad, EXT_PREREG, "population.limit", get(prereg, "population.limit"), cfg.get("limit", MISSING),
+           "config.json limit")
     expect(bad, EXT_PREREG, "population.data_content_sha256", get(prereg, "population.data_content_sha256"),
            cfg.get("data_content_sha256", MISSING))
     if not (isinstance(salt, str) and is_int(per)):
@@ -584,6 +590,9 @@ def summary_values_check(C, name, ev, records, s, prereg):
                                     get(cfg, "audit_sample.preregistration_sha256"), items,
                                     note if isinstance(note, str) else MISSING,
                                     get(summ, "uncertainty") if summ is not None else None)
+    limit = limited_hash_selection([], ev)[3]      # its problems are the selection row's
+    if limit is not None:
+        expected["limit"] = limit
     summary_check(C, name, ev, expected,
                   "summary.json values (counts, paired tables, categories; human-review figures null)", len(records),
                   extra=extra, note=f"intervals and McNemar p recomputed by formula, tolerance {uncertainty.TOL:g}")

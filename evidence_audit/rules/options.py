@@ -32,8 +32,9 @@ from evidence_audit.forward import audit_candidate_scores
 from evidence_audit.reading import sha256_text
 from evidence_audit.shared import (CANDIDATE_FIELDS, abs_diff_problems, batching_check, both_paths_pred_problems,
                                    candidate_problems, candidate_token_counts, config_block, dtype_check,
-                                   environment_check, hash_selection, hash_selection_problems, identity_problems,
-                                   identity_with_whole_batches, model_problems, rank_order_problems, record_scores,
+                                   environment_check, hash_selection_problems, identity_problems,
+                                   identity_with_whole_batches, limit_note, limited_hash_selection, model_problems,
+                                   rank_order_problems, record_scores,
                                    record_shape_check, RecordShape, required_files, restated_problems, run_levels,
                                    split_note, split_problems, stages_check, summary_check)
 from evidence_audit.tokens import candidate_tokenisation_check, private_texts_check, sst2_data_check
@@ -223,7 +224,7 @@ def audit_options_arithmetic(C, name, ev):
         C.skip(name, ARITHMETIC, "(remaining arithmetic checks)", "records.jsonl has malformed records")
         return None
     cond_by = {c["name"]: c for c in conds}
-    selection_check(C, name, ev["config"], records, list(cond_by))
+    selection_check(C, name, ev, records, list(cond_by))
     conditions_check(C, name, config_block(ev["config"]), records, conds)
     shared_item_identity_check(C, name, records)
     positions = predictions_check(C, name, records, cond_by)
@@ -299,21 +300,24 @@ def official_task_problems(bad, cfg):
                "the installed glue/sst2 task must be the baseline this experiment claims")
 
 
-def selection_check(C, name, cfg, records, names):
-    """Row "item selection (...)": records are (idx in the hash rule's rank order) x (conditions in config order),
-    nothing else; each record's rank is its item's rank."""
-    want, why, settings = hash_selection(cfg)
+def selection_check(C, name, ev, records, names):
+    """Row "item selection (...)": records are (idx in the hash rule's rank order, cut to the first N under --limit
+    N: limited_hash_selection) x (conditions in config order), nothing else; each record's rank is its item's
+    rank."""
+    cfg, bad = ev["config"], []
+    want, why, settings, limit = limited_hash_selection(bad, ev)
     if want is None:
-        bad = [f"config.json selection: {why} ({settings})"]
+        bad.append(f"config.json selection: {why} ({settings})")
     else:
-        bad = rank_order_problems([rec_key(r) for r in records], [(i, c) for i in want for c in names],
+        bad += rank_order_problems([rec_key(r) for r in records], [(i, c) for i in want for c in names],
                                   f"{settings}; {len(names)} conditions per item in config order",
                                   where_of=lambda k: f"idx {k[0]} {k[1]}")
         expect(bad, "config.json", "selection.item_idx", get(cfg, "selection.item_idx"), want, settings)
         rank_of = {i: k for k, i in enumerate(want)}
         for r in records:
             expect(bad, rec_where(r), "rank", r["rank"], rank_of.get(r["idx"], MISSING), "the item's selection rank")
-    C.add(name, ARITHMETIC, "item selection (hash rule, rank order, idx x condition)", len(records), bad)
+    C.add(name, ARITHMETIC, "item selection (hash rule, rank order, --limit, idx x condition)", len(records), bad,
+          note=limit_note(limit))
 
 
 def conditions_check(C, name, conf, records, conds):
@@ -446,6 +450,9 @@ def summary_values_check(C, name, ev, records, cond_by, comps, positions):
         "uncertainty": opt_uncertainty(get(summ, "uncertainty") if summ is not None else None, recs_of, cond_by,
                                        comps, positions),
     }
+    limit = limited_hash_selection([], ev)[3]      # its problems are the selection row's
+    if limit is not None:
+        expected["limit"] = limit
     summary_check(C, name, ev, expected, SUMMARY_ROW, len(records), identity_fields=OPT_IDENTITY_FIELDS,
                   note=f"McNemar p recomputed exactly, tolerance {OPT_P_TOL:g} relative; intervals by formula, "
                        f"tolerance {uncertainty.TOL:g}")

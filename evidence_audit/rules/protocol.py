@@ -18,8 +18,9 @@ from evidence_audit.model_files import expected_agreement_claim
 from evidence_audit.reading import sha256_text
 from evidence_audit.shared import (abs_diff_problems, batching_check, both_paths_pred_problems, candidate_problems,
                                    candidate_token_counts, config_block, dtype_check, environment_check,
-                                   hash_selection, hash_selection_problems, identity_problems,
-                                   identity_with_whole_batches, model_problems, rank_order_problems, record_scores,
+                                   hash_selection_problems, identity_problems, identity_with_whole_batches,
+                                   limit_note, limited_hash_selection, model_problems, rank_order_problems,
+                                   record_scores,
                                    record_shape_check, required_files, restated_problems, run_levels, split_note,
                                    split_problems, stages_check, summary_check, two_path_shape)
 from evidence_audit.tokens import multiple_choice_identity, private_texts_check, sst2_data_check
@@ -64,7 +65,7 @@ def audit_protocol_arithmetic(C, name, ev):
                       "summary", "stages"):
             C.skip(name, ARITHMETIC, check, "records.jsonl has malformed records (see 'record fields and types')")
         return None
-    selection_check(C, name, ev["config"], records, choices)
+    selection_check(C, name, ev, records, choices)
     candidates_check(C, name, config_block(ev["config"]), records, choices, delim)
     predictions_checks(C, name, records)
     summary_values_check(C, name, ev, records, choices)
@@ -116,15 +117,16 @@ def official_task_problems(bad, cfg, prompt_t, choices, delim):
     expect(bad, "config.json", "config.num_fewshot", conf.get("num_fewshot", MISSING), 0, "zero-shot protocol")
 
 
-def selection_check(C, name, cfg, records, choices):
-    """Row "item selection (...)": the hash rule recomputed from config.json; records are exactly those idx in rank
+def selection_check(C, name, ev, records, choices):
+    """Row "item selection (...)": the hash rule recomputed from config.json, cut to the first N under --limit N
+    (limited_hash_selection: the limit is the recorded command line's); records are exactly those idx in rank
     order; each doc_id is its idx; lm-eval was given exactly those idx, sorted."""
-    idx_list = [r["idx"] for r in records]
-    want, why, settings = hash_selection(cfg)
+    cfg, idx_list, bad = ev["config"], [r["idx"] for r in records], []
+    want, why, settings, limit = limited_hash_selection(bad, ev)
     if want is None:
-        bad = [f"config.json selection: {why} ({settings})"]
+        bad.append(f"config.json selection: {why} ({settings})")
     else:
-        bad = rank_order_problems(idx_list, want, settings)
+        bad += rank_order_problems(idx_list, want, settings)
         expect(bad, "config.json", "selection.item_idx", get(cfg, "selection.item_idx"), want, settings)
     for rank, r in enumerate(records):
         expect(bad, f"idx {r['idx']}", "rank", r["rank"], rank, "line position in records.jsonl")
@@ -140,7 +142,8 @@ def selection_check(C, name, cfg, records, choices):
         if passed != sorted(passed):
             bad.append("config.json official.indices_passed_to_lm_eval: unsorted; lm-eval 0.4.9.2 then labels "
                        "logged samples with the wrong doc_id, so these scores cannot be joined to items")
-    C.add(name, ARITHMETIC, "item selection (hash rule, rank order, doc_id, lm-eval indices)", len(records), bad)
+    C.add(name, ARITHMETIC, "item selection (hash rule, rank order, --limit, doc_id, lm-eval indices)", len(records),
+          bad, note=limit_note(limit))
 
 
 def candidates_check(C, name, conf, records, choices, delim):
@@ -225,6 +228,9 @@ def summary_values_check(C, name, ev, records, choices):
                                 get(summ, "uncertainty") if summ is not None else None)
     if summ is not None and ("fast" in summ or any("fast" in r for r in records)):
         expected["fast"] = fast_expected(summ.get("fast"), records, C, name)
+    limit = limited_hash_selection([], ev)[3]      # its problems are the selection row's
+    if limit is not None:
+        expected["limit"] = limit
     conf = config_block(cfg)
     if (summ is not None and "agreement_claim" in summ) or (conf.get("device"), conf.get("dtype")) != ("cpu",
                                                                                                      "float32"):

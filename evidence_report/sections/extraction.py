@@ -2,6 +2,7 @@
 failure categories, lm-eval's generate_until cross-check, the pre-registered audit sample."""
 from evidence_report.cells import count, interval, rate
 from evidence_report.plots import BLUE, GREEN, RED, hbar_plot, plots
+from evidence_report.sections.protocol import limit_note
 from evidence_report.shared import paired_table
 from evidence_report.tables import idx_list, kv_table, note, ratio, table
 
@@ -36,7 +37,8 @@ def extraction_patterns(summary):
     rows = []
     for key, p in pats.items():
         marks = ["✓" if ch == "1" else "✗" for ch in key] if len(key) == len(EXTRACTION_SCORERS) else [key] * 3
-        rows.append((key, *marks, p["n"], idx_list(p.get("idx"))))
+        shown = "-".join(key) if len(key) == len(EXTRACTION_SCORERS) else key   # "0-0-1": a name, not a figure
+        rows.append((shown, *marks, p["n"], idx_list(p.get("idx"))))
     out = ("<h3>Which items each scorer counts right</h3>"
            + table(["pattern", *EXTRACTION_SCORERS, "items", "idx"], rows, "extraction-patterns",
                    caption="pattern digits: exact, strict, regex (1 = counted right)"))
@@ -87,5 +89,6 @@ def extraction_agreement(summary):
 
 
 def render(exp_dir, summary):
-    return (extraction_headline(summary) + extraction_patterns(summary) + extraction_failures(summary)
+    return (limit_note(summary) + extraction_headline(summary) + extraction_patterns(summary)
+            + extraction_failures(summary)
             + extraction_agreement(summary))

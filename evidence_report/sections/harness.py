@@ -1,5 +1,5 @@
 """harness: the mini harness's leaderboard, its settings and the sandbox it ran code replies in."""
-from evidence_report.cells import Num, rate
+from evidence_report.cells import Num, esc, rate
 from evidence_report.plots import BLUE, figure, plots, plt_fig
 from evidence_report.tables import kv_table, note, ratio, table
 
@@ -25,10 +25,38 @@ def leaderboard_plot(board):
     return figure(fig, "leaderboard")
 
 
+def task_set(tasks, shipped):
+    """The tasks scored, in words, from summary.json's per-task claim that a file is the shipped fixture (which the
+    audit checks against the repository's fixtures); a task with no claim counts as a user task."""
+    plural = lambda n, w: f"{n} {w}{'' if n == 1 else 's'}"         # noqa: E731
+    user = sorted(n for n in tasks if shipped.get(n) is not True)
+    if not tasks:
+        return "no tasks"
+    if not user:
+        return f"the shipped fixtures ({plural(len(tasks), 'task')})"
+    rest = len(tasks) - len(user)
+    also = f" and {plural(rest, 'shipped fixture task')}" if rest else ""
+    return f"{plural(len(user), 'user task')} ({', '.join(user)}){also}, not the shipped fixtures"
+
+
+def limit_label(summary):
+    """The label of a run limited with --limit N, from summary.json's limit block ("" without one): N is per task,
+    as lm-eval's limit is."""
+    lim = summary.get("limit")
+    if not isinstance(lim, dict):
+        return ""
+    return note(f"LIMITED RUN: first {lim.get('n')} examples of each task (--limit {lim.get('n')}), "
+                f"{summary.get('n_examples')} of {lim.get('of')} examples; every figure of this section is of those "
+                "examples only")
+
+
 def render(exp_dir, summary):
     board = summary["leaderboard"]
     tasks = board.get("tasks", {})
-    shipped = summary.get("tasks_are_shipped_fixtures", {})
+    shipped = summary.get("tasks_are_shipped_fixtures")
+    shipped = shipped if isinstance(shipped, dict) else {}
+    said = f"harness on {task_set(tasks, shipped)}"
+    headline = f'<p class="note"><b>{esc(said)}</b></p>' + limit_label(summary)
     rows = [(name, t.get("metric"), rate(t.get("score")), ratio(t.get("correct"), t.get("total")), t.get("timeouts"),
              Num(t.get("latency_s"), "seconds"), Num(t.get("latency_s_mean"), "seconds"), t.get("n_examples_in_file"),
              shipped.get(name)) for name, t in tasks.items()]
@@ -53,4 +81,4 @@ def render(exp_dir, summary):
         info += note(summary["split_note"])
     info += note("There is no second implementation here: audit.py recomputes every task score and the overall score "
                  "from O/private/harness/leaderboard.json and the task files.")
-    return head + info + plots(leaderboard_plot(board))
+    return headline + head + info + plots(leaderboard_plot(board))

@@ -3,6 +3,7 @@ fwd/rev flip matrices counted from records.jsonl, then the accuracies per condit
 from evidence_report.cells import Num, count, interval, rate
 from evidence_report.plots import bars_with_baselines, figure, plots, plt_fig, score_scatter
 from evidence_report.reading import read_jsonl, read_optional
+from evidence_report.sections.protocol import limit_note
 from evidence_report.shared import agreement_table, paired_table
 from evidence_report.tables import idx_list, note, table, wide
 
@@ -168,5 +169,6 @@ def render(exp_dir, summary):
         after=[("lm-eval process_results acc/acc_norm mismatches",
                 count(summary["agreement"].get("n_lm_eval_metric_mismatches")))])
     scatter = score_scatter(records, summary, lambda r: f"{r.get('space', '?')} space")
-    return (options_flips(records, cfg, summary) + options_matrices(records, cfg, summary, label_names)
+    return (limit_note(summary) + options_flips(records, cfg, summary)
+            + options_matrices(records, cfg, summary, label_names)
             + options_conditions(cfg, summary, order) + agree + plots(scatter))

@@ -3,9 +3,19 @@ from evidence_report.cells import interval, rate
 from evidence_report.plots import bars_with_baselines, plots, score_scatter
 from evidence_report.reading import read_jsonl
 from evidence_report.shared import agreement_table, paired_table
-from evidence_report.tables import kv_table, table
+from evidence_report.tables import kv_table, note, table
 
 NAME = "protocol"
+
+
+def limit_note(summary, unit="items"):
+    """The label of a run limited with --limit N, from summary.json's limit block ("" for a run without one): the
+    figures below are of those items only. The options and extraction sections show it too."""
+    lim = summary.get("limit")
+    if not isinstance(lim, dict):
+        return ""
+    return note(f"LIMITED RUN: first {lim.get('n')} of {lim.get('of')} {unit} (--limit {lim.get('n')}), taken in "
+                f"{lim.get('order')}; every figure of this section is of those {lim.get('n')} {unit} only")
 
 
 def render(exp_dir, summary):
@@ -13,7 +23,8 @@ def render(exp_dir, summary):
     n = summary["n_items"]
     off, ind, cc = summary["official"], summary["independent"], summary["constant_class_baseline"]
     labels = summary["label_counts"]
-    head = table(["path", "correct", "of", "accuracy", "95% interval (Wilson)", "predicted negative",
+    head = limit_note(summary) + table(["path", "correct", "of", "accuracy", "95% interval (Wilson)",
+                                        "predicted negative",
                   "predicted positive"], [
         ("official (lm-eval 0.4.9.2)", off["correct"], n, rate(off["accuracy"]),
          interval(summary, "official/accuracy"), off["pred_counts"]["0"], off["pred_counts"]["1"]),

@@ -1,0 +1,308 @@
+"""Make real lm-eval output, one directory per lm-eval release, for tests/fixtures/lmeval_versions/.
+
+For each version this script makes (or reuses) a virtual environment of its own under --venvs (torch==2.13.0, the
+CPU build; `lm-eval==<version>` with a transformers pin that release accepts), then runs, inside that environment,
+the child part of this same file (`--child`): it builds a tiny randomly initialised Llama (fixed seed, safetensors)
+with a word-level tokenizer made offline from a fixed word list, writes two local tasks (a multiple_choice task and
+a generate_until task over a six-document JSONL file written here), and runs that version's own `lm_eval` command
+line with --log_samples. What lm-eval wrote under its --output_path is copied, unchanged, to
+tests/fixtures/lmeval_versions/<version>/run/. A release that has `--samples` (0.4.9 on) runs a second time on the
+multiple_choice task with an unsorted selection, SELECTION, into <version>/samples/. tests/fixtures/lmeval_versions/
+README.md records the command, the date and the versions of the packages that matter.
+
+    python tools/make_lmeval_fixtures.py                      # every version in VERSIONS
+    python tools/make_lmeval_fixtures.py --versions 0.4.9.2 0.4.13 --venvs /tmp/lmeval-venvs
+
+The tasks, the data, the tokenizer and the model are the same for every version, so the fixtures differ only in
+what each release writes. Nothing needs the network but the package installs (the runs set the Hugging Face
+offline variables). The outputs hold what lm-eval records about the environment it ran in (pretty_env_info,
+versions, timings): they are left as written.
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "lmeval_versions"
+TORCH = "torch==2.13.0"          # the CPU wheel; a bare `torch` would resolve to a multi-GB CUDA build
+
+# version -> the extra requirements installed with it: a transformers (and datasets) release it accepts.
+# Releases from 0.4.10 on install torch and transformers only through the "hf" extra.
+VERSIONS = {
+    "0.4.5": ("lm-eval==0.4.5", "transformers==4.45.2", "datasets<4"),
+    "0.4.7": ("lm-eval==0.4.7", "transformers==4.47.1", "datasets<4"),
+    "0.4.8": ("lm-eval==0.4.8", "transformers==4.49.0", "datasets<4"),
+    "0.4.9": ("lm-eval==0.4.9", "transformers==4.52.4", "datasets<4"),
+    "0.4.9.1": ("lm-eval==0.4.9.1", "transformers==4.55.4", "datasets<4"),
+    "0.4.9.2": ("lm-eval==0.4.9.2", "transformers==4.57.6"),
+    "0.4.10": ("lm-eval[hf]==0.4.10", "transformers==4.57.6"),
+    "0.4.11": ("lm-eval[hf]==0.4.11", "transformers==4.57.6"),
+    "0.4.12": ("lm-eval[hf]==0.4.12", "transformers==4.57.6"),
+    "0.4.13": ("lm-eval[hf]==0.4.13", "transformers>=5,<6"),
+}
+FREEZE_NAMES = ("lm-eval", "lm_eval", "transformers", "torch", "datasets", "tokenizers", "accelerate", "numpy")
+
+MODEL = "tiny-llama"             # relative to the run directory: the recorded model_args name no host path
+WORDS = ["<pad>", "<s>", "</s>", "<unk>", "Q:", "A:", "Question:", "Answer:", "what", "colour", "is", "the", "sky",
+         "grass", "snow", "coal", "a", "sun", "night", "blue", "green", "white", "black", "yellow", "dark", "red",
+         "of", "at", "?", "pale", "very", "deep"]
+DOCS = [
+    {"question": "what colour is the sky ?", "choices": ["blue", "very deep green", "red"], "label": 0,
+     "answer": "blue"},
+    {"question": "what colour is grass ?", "choices": ["pale white", "green", "black"], "label": 1, "answer": "green"},
+    {"question": "what colour is snow ?", "choices": ["white", "dark red", "very pale yellow"], "label": 0,
+     "answer": "white"},
+    {"question": "what colour is coal ?", "choices": ["blue", "yellow", "black"], "label": 2, "answer": "black"},
+    {"question": "what colour is the sun ?", "choices": ["deep blue", "yellow", "green"], "label": 1,
+     "answer": "yellow"},
+    {"question": "what colour is the sky at night ?", "choices": ["white", "pale green", "dark"], "label": 2,
+     "answer": "dark"},
+]
+MC_TASK = """task: versions_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: data/docs.jsonl
+test_split: test
+output_type: multiple_choice
+doc_to_text: "Q: {{question}}\\nA:"
+doc_to_choice: "{{choices}}"
+doc_to_target: "{{label}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+  - metric: acc_norm
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+GEN_TASK = """task: versions_gen
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: data/docs.jsonl
+test_split: test
+output_type: generate_until
+doc_to_text: "Question: {{question}}\\nAnswer:"
+doc_to_target: "{{answer}}"
+generation_kwargs:
+  until:
+    - "\\n"
+  max_gen_toks: 3
+  do_sample: false
+filter_list:
+  - name: first
+    filter:
+      - function: take_first
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+    ignore_case: true
+metadata:
+  version: 1.0
+"""
+TASKS = "versions_mc,versions_gen"
+# 0.4.9.2's task listing (get_task_dict's pretty_print_task, lm_eval/tasks/__init__.py:679-686) takes every task's
+# YAML path relative to lm_eval/tasks/ and raises for a YAML outside it, so its CLI cannot run an --include_path task
+# kept elsewhere: there the task YAMLs are written into <lm_eval>/tasks/versions_fixture/ of its own environment.
+TASKS_INSIDE_PACKAGE = {"0.4.9.2"}
+SELECTION = {"versions_mc": [4, 1, 3]}     # unsorted on purpose: how each release labels such a selection
+SAMPLES_FROM = (0, 4, 9)                   # the first release with --samples (lm_eval/__main__.py of 0.4.9)
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def lm_eval_argv(venv, selection=False, tasks_dir="tasks"):
+    """The lm_eval command line every version runs (0.4.10 on reads it as `lm_eval run ...`); with `selection`,
+    the --samples run of the multiple_choice task; `tasks_dir`: the directory of the task YAMLs."""
+    tasks, extra = (TASKS, ["--output_path", "run"]) if not selection else \
+        ("versions_mc", ["--samples", json.dumps(SELECTION, separators=(",", ":")), "--output_path", "samples"])
+    return [str(Path(venv) / "bin" / "lm_eval"), "--model", "hf",
+            "--model_args", f"pretrained={MODEL},dtype=float32",
+            "--tasks", tasks, "--include_path", str(tasks_dir), "--device", "cpu", "--batch_size", "1",
+            "--log_samples", *extra]
+
+
+def has_samples_option(version):
+    return tuple(int(x) for x in version.split(".")[:3]) >= SAMPLES_FROM
+
+
+# ---- child: runs inside one version's environment ----
+
+def build_model(out):
+    """A word-level tokenizer over WORDS and a tiny random Llama (seed 0, float32), saved into `out`."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(out)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg)
+    if int(transformers.__version__.split(".")[0]) < 5:     # 5 writes safetensors only and dropped the flag
+        model.save_pretrained(out, safe_serialization=True)
+    else:
+        model.save_pretrained(out)
+
+
+def child(version, venv, dest):
+    """Build the model and tasks in a fresh directory, run lm_eval there, copy its --output_path to `dest`."""
+    import lm_eval
+    from importlib.metadata import version as installed
+
+    if installed("lm_eval") != version:
+        raise SystemExit(f"{sys.executable}: lm_eval {installed('lm_eval')} installed, expected {version}")
+    with tempfile.TemporaryDirectory(prefix=f"lmeval-{version}-") as work:
+        work = Path(work)
+        build_model(work / MODEL)
+        (work / "data").mkdir()
+        (work / "data" / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+        tasks_dir = work / "tasks"
+        if version in TASKS_INSIDE_PACKAGE:
+            tasks_dir = Path(lm_eval.__file__).parent / "tasks" / "versions_fixture"
+            if tasks_dir.exists():
+                shutil.rmtree(tasks_dir)
+        tasks_dir.mkdir()
+        (tasks_dir / "versions_mc.yaml").write_text(MC_TASK)
+        (tasks_dir / "versions_gen.yaml").write_text(GEN_TASK)
+        env = dict(os.environ, HF_HOME=str(work / "hf"), **OFFLINE)
+        runs = [False, True] if has_samples_option(version) else [False]
+        for selection in runs:
+            proc = subprocess.run(lm_eval_argv(venv, selection, tasks_dir), cwd=work, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
+                raise SystemExit(f"lm_eval {version} exited {proc.returncode}")
+        dest = Path(dest)
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        for name in ["run", "samples"][:len(runs)]:
+            shutil.copytree(work / name, dest / name)
+    print(f"{version}: {lm_eval.__file__} -> {dest}")
+
+
+# ---- parent: environments, runs, README ----
+
+def pip_freeze(venv):
+    out = subprocess.run([str(Path(venv) / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True,
+                         text=True, check=True).stdout
+    return [ln for ln in out.splitlines()
+            if ln.split("==")[0].split(" @ ")[0].lower().replace("_", "-") in {n.replace("_", "-") for n in FREEZE_NAMES}]
+
+
+def site_packages(venv):
+    found = sorted(Path(venv).glob("lib/python*/site-packages"))
+    if len(found) != 1:
+        raise SystemExit(f"{venv}: expected one lib/python*/site-packages, found {len(found)}")
+    return found[0]
+
+
+def ensure_venv(version, venv, seed=None):
+    """Make `venv` with torch==2.13.0 and VERSIONS[version] unless it already holds that lm-eval. With `seed` (an
+    environment of the same Python made by this script), its installed packages are hard-linked in first, so pip
+    replaces only what this version needs otherwise (lm-eval, transformers, datasets, ...) instead of unpacking
+    torch again; the result is checked the same way (pip resolves every requirement against what is there)."""
+    py = Path(venv) / "bin" / "python"
+    if py.exists():
+        probe = subprocess.run([str(py), "-c", "from importlib.metadata import version; print(version('lm_eval'))"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0 and probe.stdout.strip() == version and \
+                subprocess.run([str(py), "-m", "pip", "check"], capture_output=True).returncode == 0:
+            return
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--clear", str(venv)], check=True)
+    if seed:
+        src, dst = site_packages(seed), site_packages(venv)
+        for item in sorted(src.iterdir()):
+            if not (dst / item.name).exists():
+                if item.is_dir():
+                    shutil.copytree(item, dst / item.name, copy_function=os.link, symlinks=True)
+                else:
+                    os.link(item, dst / item.name)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", TORCH, *VERSIONS[version]], check=True)
+    subprocess.run([str(py), "-m", "pip", "check"], check=True)
+
+
+def write_readme(argv, done):
+    lines = ["# Real lm-eval output, one directory per release", "",
+             "Each directory holds what one lm-eval release wrote under its `--output_path` (unchanged: the model-named",
+             "subdirectory, `results_<date>.json`, one `samples_<task>_<date>.jsonl` per task) for the same tiny random",
+             "Llama (word-level tokenizer, 32 words, seed 0), the same two local tasks (`versions_mc`: multiple_choice,",
+             "acc and acc_norm; `versions_gen`: generate_until, a `take_first` filter named `first`, exact_match) and",
+             "the same six documents, in `<version>/run/`; releases with `--samples` (0.4.9 on) also ran the",
+             f"multiple_choice task on the unsorted selection {json.dumps(SELECTION)}, in `<version>/samples/`.",
+             "`evidence_audit/lmeval/versions.py` says what differs between them and where each release's source does",
+             "it; `tests/test_lmeval_versions.py` checks those claims against these files.",
+             "", "Made by:", "", "```", " ".join(argv), "```", "",
+             f"on {datetime.date.today().isoformat()}; each release ran, in its own environment and a fresh directory",
+             "holding the model (`tiny-llama/`), the tasks (`tasks/`) and the data (`data/docs.jsonl`):",
+             "", "```", " ".join(["lm_eval"] + lm_eval_argv("VENV", False, "$PWD/tasks")[1:]),
+             " ".join(["lm_eval"] + lm_eval_argv("VENV", True, "$PWD/tasks")[1:-4]
+                      + ["--samples", f"'{json.dumps(SELECTION, separators=(',', ':'))}'"]
+                      + lm_eval_argv("VENV", True)[-2:]), "```", "",
+             "(for " + ", ".join(sorted(TASKS_INSIDE_PACKAGE)) + " the task YAMLs were written into, and --include_path "
+             "named, `<lm_eval>/tasks/versions_fixture/` of its environment: its CLI cannot list a task YAML kept "
+             "outside lm_eval/tasks/)", "",
+             "The packages that matter, per release (`pip freeze`):", ""]
+    for version, freeze in done.items():
+        lines.append(f"- {version}: " + ", ".join(f"`{f}`" for f in freeze))
+    (FIXTURES / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--versions", nargs="+", default=list(VERSIONS), choices=list(VERSIONS))
+    ap.add_argument("--venvs", default="/tmp/lmeval-venvs", help="one environment per version under it")
+    ap.add_argument("--seed-from", metavar="VENV", help="hard-link the packages of this environment (made by this "
+                    "script, same Python) into each new one before installing: far less to unpack")
+    ap.add_argument("--readme-only", action="store_true", help="rewrite README.md for the fixtures already made "
+                    "(from their environments under --venvs), running nothing")
+    ap.add_argument("--child", nargs=3, metavar=("VERSION", "VENV", "DEST"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(*args.child)
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    done, failed = {}, []
+    if args.readme_only:                 # the versions whose fixtures exist, with their environments' freeze lines
+        args.versions = []
+        done = {v: pip_freeze(Path(args.venvs) / v) for v in VERSIONS if (FIXTURES / v).is_dir()}
+    for version in args.versions:
+        venv = Path(args.venvs) / version
+        try:
+            ensure_venv(version, venv, args.seed_from)
+            subprocess.run([str(venv / "bin" / "python"), str(Path(__file__).resolve()), "--child", version,
+                            str(venv), str(FIXTURES / version)], check=True)
+            done[version] = pip_freeze(venv)
+        except subprocess.CalledProcessError as e:
+            failed.append(version)
+            print(f"{version}: failed ({e})", file=sys.stderr)
+    readme = FIXTURES / "README.md"
+    previous = readme.read_text() if readme.exists() else ""
+    for version in VERSIONS:             # keep the freeze lines of versions made by an earlier call
+        if version not in done and (FIXTURES / version).is_dir():
+            for ln in previous.splitlines():
+                if ln.startswith(f"- {version}: "):
+                    done[version] = [x.strip("`") for x in ln.split(": ", 1)[1].split(", ")]
+    write_readme(["python", "tools/make_lmeval_fixtures.py"] + sys.argv[1:],
+                 {v: done[v] for v in VERSIONS if v in done})
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
