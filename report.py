@@ -8,13 +8,11 @@ and where each part lives; one section per experiment in evidence_report/section
 package imports run, experiments, harness, resources, config, adapter, bench, prepare, audit, evidence_audit or
 lm_eval: the page reads only the evidence, never the code that wrote it.
 
---check writes nothing: it is the whole-page check audit.py does not make (the audit stays independent of this code:
-it checks the number cells and the markup against its own whitelist, and cannot redraw a plot nor know which field a
-cell should show). Same bytes need the same evidence_report/ and matplotlib.
+--check writes nothing: the whole-page check (audit.py's identity level runs it in a child process; its arithmetic
+level keeps its own whitelist). Same bytes need the same evidence_report/ and matplotlib.
 
 Exit codes: 0 the page was written (its path on stdout), or with --check it is the page the evidence gives; 1 with
---check, it is not (one line on stderr: where the pages first differ, an excerpt of each); 2 OUT is not an output
-directory, holds evidence of a format the page does not read (evidence_format; evidence_report/reading.py), the page
+--check, it is not (one line on stderr: where the pages first differ, an excerpt of each); 2 OUT holds no evidence, holds evidence of a format the page does not read (evidence_format; evidence_report/reading.py), the page
 could not be written (one line on stderr; the evidence and an earlier report.html are untouched, no temporary file
 is left), or with --check report.html could not be read.
 """
@@ -34,8 +32,10 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true", help="write nothing: rebuild the page and compare it with "
                                                          "OUT/report.html byte for byte (exit 1 if they differ)")
     args = ap.parse_args(argv)
-    if not args.out.is_dir():
-        why = "not a directory" if args.out.exists() else "no such output directory"
+    why = ("no such output directory" if not args.out.exists() else "not a directory" if not args.out.is_dir() else
+           None if (args.out / "environment.json").is_file() or any(args.out.glob("*/summary.json")) else
+           "no evidence here (no environment.json, no <experiment>/summary.json)")
+    if why:
         print(f"report.py: error: {args.out}: {why}; run run.py --out {args.out} first", file=sys.stderr)
         return 2
     if args.check:

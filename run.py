@@ -56,6 +56,7 @@ from experiments.evidence import (MARKER, IdentityMismatch, ScoringError, Stages
                                   remove_marker, set_aside, sweep_claimed, take_out_lock, temp_dir_name,
                                   unclaimed_entries, write_json, write_jsonl, write_manifest, write_marker)
 from experiments.runlog import LibraryChatter, ending_of
+from harness.hf_model import ModelLoadError
 from resources import ResourceError
 
 
@@ -914,7 +915,7 @@ def main(argv=None):
         state = e.state if isinstance(e, Interrupted) else "installed: no experiment"
         print(f"\ninterrupted: {state}; resume with: {resume_command(args, argv)}", file=sys.stderr)
         return 130
-    except ResourceError as e:
+    except (ResourceError, ModelLoadError) as e:    # ModelLoadError: one line naming the model directory
         print(f"error: {e}", file=sys.stderr)
         return 2
     except sqlite3.DatabaseError as e:

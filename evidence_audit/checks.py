@@ -129,7 +129,8 @@ def print_report(report, stream=sys.stdout, levels_say=LEVELS_SAY):
         if r["status"] == "FAIL":
             more = f" (+{r['n_failures'] - 1} more)" if r["n_failures"] > 1 else ""
             line += f"  {r['first_failure']}{more}"
-        elif r["note"] and (r["status"] == "SKIPPED" or "max |" in r["note"] or r["note"].isupper()):
+        elif r["note"] and (r["status"] == "SKIPPED" or "max |" in r["note"] or "|recomputed -" in r["note"]
+                           or r["note"].isupper()):
             line += f"  {r['note']}"
         p(line)
     p(levels_say)

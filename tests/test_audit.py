@@ -227,7 +227,7 @@ def test_arithmetic_level_passes_on_clean_evidence(evidence):
 def test_tokens_level_passes_on_clean_evidence(evidence):
     proc = audit(evidence, "--tokens", "--strict")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ident = checks(evidence, "identity")
+    ident = [c for c in checks(evidence, "identity") if c["experiment"] != "-"]     # "-": the page rebuilt
     assert {c["check"].split(" (")[0] for c in ident} == {"private texts", "tokenisation", "data parquet"}
     assert all(c["status"] == "PASS" and c["items"] == 2 for c in ident), ident
 
@@ -241,7 +241,7 @@ def test_forward_level_passes_and_reports_its_max_abs_diff(evidence):
     figures = report(evidence)["details"]["protocol"]["forward"]
     assert figures["max_abs_diff_official"] <= figures["tolerance"] <= 1e-4
     assert figures["max_abs_diff_independent"] <= figures["tolerance"]
-    assert "max |recomputed - official|" in proc.stdout
+    assert "|recomputed - official| max" in proc.stdout
 
 
 @pytest.mark.slow

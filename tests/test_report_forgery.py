@@ -242,3 +242,10 @@ def test_forged_smoke_page_fails_the_report_row(smoke_copy, name):
     forge(smoke_copy, fn)
     status, failures = report_row(smoke_copy)
     assert status == "FAIL" and any(says in f for f in failures), failures
+
+
+def test_report_py_refuses_a_directory_that_holds_no_evidence(tmp_path):
+    (tmp_path / "mine.txt").write_text("a user's own file\n")
+    proc = run_cli("report.py", tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "no evidence here" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
