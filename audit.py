@@ -6,7 +6,7 @@
     python audit.py O --mutations                  # self-test: tamper with copies of O, each must be caught
     python audit.py O --review SHEET               # + import a filled extraction review sheet (human audit)
     python audit.py --lm-eval RUN_DIR [--tokens --data FILE] [--forward --model DIR] [--sample N]
-                                                   # an lm-eval 0.4.9.2 --log_samples --output_path directory
+                                                   # lm-eval 0.4.5, 0.4.7-0.4.13 --log_samples --output_path directory
 
 Exit codes: 0 every claim recomputes, 1 a check failed (FAIL) or something asked for could not be checked
 (INCOMPLETE: O/private/ absent, or a requested level's tokenizer, data or model not found), 2 the evidence is

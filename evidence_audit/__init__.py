@@ -5,7 +5,7 @@
     python audit.py O --tokens --forward           # + forward level: audit.py's own Llama forward pass
     python audit.py O --mutations                  # self-test: tamper with copies of O, each must be caught
     python audit.py O --review SHEET               # + import a filled extraction review sheet (human audit)
-    python audit.py --lm-eval RUN_DIR ...          # audit any lm-eval 0.4.9.2 --log_samples --output_path
+    python audit.py --lm-eval RUN_DIR ...          # audit an lm-eval 0.4.5, 0.4.7-0.4.13 --log_samples --output_path
                                                    # directory (evidence_audit/lmeval/: its levels and flags)
 
 Options: --cache C (prepared cache; default: two levels above config.json's model.dir), --experiment NAME (audit

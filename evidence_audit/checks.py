@@ -62,6 +62,7 @@ class AuditOptions:
     # CPU made each forward pass ~10x slower (0.16 s vs 1-4 s); numerics stay within tolerance.
     threads: int = 1                        # torch intra-op threads for the forward level (--threads)
     review_sheet: Optional[Path] = None     # extraction: --review SHEET, a filled sheet exported by the review page
+    device: str = "cpu"                     # --lm-eval's forward level: --device cpu or cuda
 
 
 class Checks:

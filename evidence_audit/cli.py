@@ -68,6 +68,10 @@ def main(argv=None):
     args = parse_args(argv)
     if args.lm_eval is not None:
         return lmeval_main(args)
+    if args.device not in (None, "cpu"):     # O's forward level re-scores where the evidence says it was scored
+        print(f"error: --device {args.device}: only for --lm-eval runs; audit.py OUT re-scores on the cpu",
+              file=sys.stderr)
+        return 2
     if args.public_only and (args.tokens or args.forward or args.mutations):
         print("error: --public-only audits without O/private/: it cannot run --tokens, --forward or --mutations",
               file=sys.stderr)

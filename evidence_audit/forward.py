@@ -80,7 +80,7 @@ def llama_logprobs(model, ids):
         return _SCORES[cache_key]
     d, nh, nkv = hp["hidden_size"], hp["num_attention_heads"], hp["num_key_value_heads"]
     hd = hp.get("head_dim") or d // nh
-    eps, theta = hp["rms_norm_eps"], hp["rope_theta"]
+    eps, theta = hp["rms_norm_eps"], rope_theta_of(hp)
     T = len(ids)
 
     def rmsnorm(x, w):
@@ -122,11 +122,24 @@ def llama_logprobs(model, ids):
 TORCH_DTYPES = ("float32", "bfloat16", "float16")
 
 
+def rope_theta_of(hp):
+    """The rotary base of a plain (unscaled) rotary embedding: config.json's `rope_theta` (transformers 4), or
+    `rope_parameters.rope_theta` with rope_type "default" (transformers 5 writes it there); None for anything else."""
+    if isinstance(hp.get("rope_theta"), (int, float)) and not isinstance(hp.get("rope_theta"), bool):
+        return float(hp["rope_theta"])
+    rp = hp.get("rope_parameters")
+    if isinstance(rp, dict) and rp.get("rope_type", "default") == "default" and set(rp) <= {"rope_type", "rope_theta"} \
+            and isinstance(rp.get("rope_theta"), (int, float)) and not isinstance(rp.get("rope_theta"), bool):
+        return float(rp["rope_theta"])
+    return None
+
+
 def supports_own(model_dir):
     """None when audit.py's own Llama pass covers the model in model_dir, else the reason it does not."""
     hp = read_json(Path(model_dir) / "config.json")
     unsupported = [f"{k}={hp.get(k)!r}" for k, ok in (
         ("model_type", hp.get("model_type") == "llama"), ("rope_scaling", hp.get("rope_scaling") is None),
+        ("rope_theta", rope_theta_of(hp) is not None),
         ("hidden_act", hp.get("hidden_act") == "silu"), ("attention_bias", not hp.get("attention_bias")),
         ("mlp_bias", not hp.get("mlp_bias"))) if not ok]
     return f"this model has {', '.join(unsupported)}" if unsupported else None
@@ -148,7 +161,7 @@ def own_llama_batch(model, ids, dtype):
     W = _WEIGHTS[wkey]
     d, nh, nkv = hp["hidden_size"], hp["num_attention_heads"], hp["num_key_value_heads"]
     hd = hp.get("head_dim") or d // nh
-    eps, theta = hp["rms_norm_eps"], hp["rope_theta"]
+    eps, theta = hp["rms_norm_eps"], rope_theta_of(hp)
     B, T = ids.shape
 
     def rmsnorm(x, w):

@@ -125,8 +125,10 @@ def join(backend, join_timeout_s):
     where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     others = ", ".join(str(r) for r in range(1, int(world))) if rank == "0" else "0"
     whom = f"rank{'s' if others.count(',') else ''} {others}"
-    print(f"rank {rank} of {world}: waiting up to {join_timeout_s:g} s for {whom} to join at {where} "
-          "(run.py --join-timeout)", flush=True)
+    # one write: the ranks share the console, and print() writes a line and its newline apart
+    sys.stdout.write(f"rank {rank} of {world}: waiting up to {join_timeout_s:g} s for {whom} to join at {where} "
+                     "(run.py --join-timeout)\n")
+    sys.stdout.flush()
     collective = timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, 1800)))
     try:
         with c10d_messages_held():

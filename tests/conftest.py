@@ -33,13 +33,39 @@ def run_cli(*args, env=None, cwd=REPO, timeout=1800, unset=()):
                           timeout=timeout)
 
 
+def shared_root(tmp_path_factory):
+    """The temp directory every process of this test session sees: pytest-xdist's workers each get a child of it."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+def once_per_session(tmp_path_factory, name, make):
+    """(dir, make(dir)) with make run once for the whole test session, also when pytest-xdist splits the session
+    into worker processes: the first to ask makes it under a file lock, the others wait and read the JSON value it
+    saved. `dir` is a fresh directory for make to fill; what make returns must be JSON."""
+    from filelock import FileLock
+
+    root = shared_root(tmp_path_factory)
+    where, saved = root / name, root / f"{name}.value.json"
+    with FileLock(str(root / f"{name}.lock")):
+        if not saved.exists():
+            if where.exists():               # left by a make that failed in another worker: start again
+                shutil.rmtree(where)
+            where.mkdir()
+            saved.write_text(json.dumps(make(where)))
+    return where, json.loads(saved.read_text())
+
+
 def run_once(tmp_path_factory, name, cache, *args, timeout=1800):
-    """`run.py --cache CACHE --out <fresh dir> ARGS` that must succeed: (out dir, CompletedProcess). For the
-    session fixtures that several tests read."""
-    out = tmp_path_factory.mktemp(name)
-    proc = run_cli("run.py", "--cache", cache, "--out", out, *args, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out, proc
+    """`run.py --cache CACHE --out <fresh dir> ARGS` that must succeed, once per session (once_per_session):
+    (out dir, CompletedProcess). For the session fixtures that several tests read."""
+    def make(where):
+        proc = run_cli("run.py", "--cache", cache, "--out", where / "o", *args, timeout=timeout)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return {"args": [str(a) for a in proc.args], "stdout": proc.stdout, "stderr": proc.stderr}
+
+    where, done = once_per_session(tmp_path_factory, name, make)
+    return where / "o", subprocess.CompletedProcess(done["args"], 0, done["stdout"], done["stderr"])
 
 
 @pytest.fixture(scope="session")
@@ -47,10 +73,13 @@ def prepared_cache(tmp_path_factory):
     """A cache holding the default model (Q4_1 wheel, materialised) and the sentiment fixture.
 
     Set EVAL_TEST_CACHE to reuse an already prepared cache across sessions (it is verified, not trusted)."""
-    cache = os.environ.get("EVAL_TEST_CACHE") or tmp_path_factory.mktemp("cache")
-    proc = run_cli("prepare.py", "--cache", cache)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return Path(cache)
+    def make(where):
+        cache = os.environ.get("EVAL_TEST_CACHE") or where
+        proc = run_cli("prepare.py", "--cache", cache)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return str(cache)
+
+    return Path(once_per_session(tmp_path_factory, "cache", make)[1])
 
 
 @pytest.fixture(scope="session")
@@ -82,14 +111,16 @@ def tiny_cache(prepared_cache, tmp_path_factory):
 
     For fast plumbing tests only (selection, splits, evidence layout); every claim about scores is tested on
     the real model elsewhere."""
-    import shutil
+    return once_per_session(tmp_path_factory, "tiny_cache", lambda where: make_tiny_cache(prepared_cache, where))[0]
 
+
+def make_tiny_cache(prepared_cache, cache):
+    """tiny_cache's content, made in the empty directory `cache`."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     import resources
 
-    cache = tmp_path_factory.mktemp("tiny_cache")
     shutil.copytree(prepared_cache / "data", cache / "data")
     model_dir = cache / "models" / "tiny-random-llama"
     torch.manual_seed(0)
@@ -107,7 +138,7 @@ def tiny_cache(prepared_cache, tmp_path_factory):
     manifest["resources"] = {"fixture-sentiment": manifest["resources"]["fixture-sentiment"],
                              "tiny-random-llama": {"kind": "model", "source": {"kind": "test"}, "files": files}}
     resources.save_manifest(cache, manifest)
-    return cache
+    return None
 
 
 SMALL_DATA = "reviews-24"    # the first 24 rows of fixtures/reviews_872_dev.tsv (12 per label), imported by name
@@ -140,13 +171,15 @@ def with_small_data(cache, dest):
 @pytest.fixture(scope="session")
 def small_data_cache(prepared_cache, tmp_path_factory):
     """prepared_cache (the real model) plus the data SMALL_DATA."""
-    return with_small_data(prepared_cache, tmp_path_factory.mktemp("small_data") / "cache")
+    return once_per_session(tmp_path_factory, "small_data",
+                            lambda where: str(with_small_data(prepared_cache, where / "cache")))[0] / "cache"
 
 
 @pytest.fixture(scope="session")
 def tiny_small_data_cache(tiny_cache, tmp_path_factory):
     """tiny_cache (the tiny random model) plus the data SMALL_DATA."""
-    return with_small_data(tiny_cache, tmp_path_factory.mktemp("tiny_small_data") / "cache")
+    return once_per_session(tmp_path_factory, "tiny_small_data",
+                            lambda where: str(with_small_data(tiny_cache, where / "cache")))[0] / "cache"
 
 
 SMALL_SPLIT_ALL = ("protocol", "options", "extraction")
@@ -163,15 +196,22 @@ def small_split_all_run(small_data_cache, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def small_split_all_audit(small_split_all_run, small_data_cache):
+def small_split_all_audit(small_split_all_run, small_data_cache, tmp_path_factory):
     """`audit.py O --strict --tokens --forward` of small_split_all_run (every experiment in it, every level: the
-    forward level recomputes every score and greedy token), once per session; the report is written beside O, so
+    forward level recomputes every score and greedy token), once per session; the report is written outside O, so
     that O stays as run.py wrote it. Returns (CompletedProcess, report dict)."""
     out, _ = small_split_all_run
-    report = out.parent / f"{out.name}-audit.json"
-    proc = run_cli("audit.py", out, "--strict", "--tokens", "--forward", "--cache", small_data_cache,
-                   "--report", report, timeout=3 * 1800)      # the time limits of the three audits it replaces
-    return proc, (json.loads(report.read_text()) if report.exists() else None)
+
+    def make(where):
+        report = where / "audit.json"
+        proc = run_cli("audit.py", out, "--strict", "--tokens", "--forward", "--cache", small_data_cache,
+                       "--report", report, timeout=3 * 1800)      # the time limits of the three audits it replaces
+        return {"args": [str(a) for a in proc.args], "returncode": proc.returncode, "stdout": proc.stdout,
+                "stderr": proc.stderr, "report": json.loads(report.read_text()) if report.exists() else None}
+
+    done = once_per_session(tmp_path_factory, "small_split_all_audit", make)[1]
+    return (subprocess.CompletedProcess(done["args"], done["returncode"], done["stdout"], done["stderr"]),
+            done["report"])
 
 
 @pytest.fixture(scope="session")

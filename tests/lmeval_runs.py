@@ -15,7 +15,8 @@ from pathlib import Path
 
 from experiments import official
 
-BOOTSTRAP_ITERS = 100          # lm-eval's default is 100000: the bootstrap stderr (f1, mcc) is not audited anyway
+BOOTSTRAP_ITERS = 100          # lm-eval's default is 100000; the audit recomputes the bootstrap stderr (f1, mcc)
+                               # with lm-eval's draws at any count (bootstrap.py), so a small one keeps the run fast
 
 
 def make_lm(model_dir):

@@ -371,10 +371,16 @@ def test_merge_refuses_foreign_missing_and_overlapping_shards(two_shards, prepar
     assert "shard 2/2 missing" in one_error_line(merge(a))
     assert "shard 1/2 given twice" in one_error_line(merge(a, a))
     # shard 2 scored no protocol item (the smoke is one batch, all on shard 1), but MC-TACO's second limit run
-    short = edited(b, "short", lambda d: d["results"]["mctaco"]["official_limit_runs"]["items"].pop())
+    def drop_last_limit_item(d):       # consistently: the results and the rank facts naming the items scored
+        key = d["results"]["mctaco"]["official_limit_runs"]["items"].pop()[0]
+        d["run"]["experiments"]["mctaco"]["items_scored"]["official_limit_runs"].remove(key)
+    short = edited(b, "short", drop_last_limit_item)
     assert "is missing (expected in shard 2/2" in one_error_line(merge(a, short))
     first_of_a = json.loads((a / shards.NAME).read_text())["results"]["options"]["official"]["items"][0]
-    overlap = edited(b, "overlap", lambda d: d["results"]["options"]["official"]["items"].append(first_of_a))
+    def add_an_item_of_a(d):
+        d["results"]["options"]["official"]["items"].append(first_of_a)
+        d["run"]["experiments"]["options"]["items_scored"]["official"].append(first_of_a[0])
+    overlap = edited(b, "overlap", add_an_item_of_a)
     assert f"item {first_of_a[0]} is in both" in one_error_line(merge(a, overlap))    # found before anything runs
     for out in outs:                   # nothing installed, not even the experiments replayed before the refusal
         assert not (out / "protocol").exists() and not (out / "MANIFEST.json").exists(), out

@@ -79,7 +79,8 @@ SETUP_COMMAND = ("python3.11 -m venv .venv && .venv/bin/pip install -r requireme
                  "prepare.py --cache ./cache && .venv/bin/python run.py --cache ./cache --out smoke --smoke")
 TEST_COMMAND = ".venv/bin/python -m pytest -q tests"
 # the repository's scripts a command line in the README or docs/ may invoke (each must answer --help with exit 0)
-SCRIPTS = ("run.py", "prepare.py", "audit.py", "report.py", "bench.py", "synth_mctaco.py", "-m harness")
+SCRIPTS = ("run.py", "prepare.py", "audit.py", "report.py", "bench.py", "synth_mctaco.py", "-m harness",
+           "tools/lmeval_offline_run.py")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^()\s]+)\)")
 
 

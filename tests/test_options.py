@@ -266,7 +266,7 @@ def test_smoke_run_options(smoke_run, prepared_cache, tmp_path):
     ok = run_cli("audit.py", tmp_path, "--forward", "--strict", "--cache", prepared_cache, "--experiment", "options")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     forward = next(l for l in ok.stdout.splitlines() if l.startswith("options ") and "candidate scores" in l)
-    assert " PASS" in forward and "max |recomputed - " in forward, forward
+    assert " PASS" in forward and "|recomputed - official| max " in forward, forward
     # a semantic prediction that does not follow pi(argmax) is caught
     path = tmp_path / "options" / "records.jsonl"
     recs = [json.loads(l) for l in path.read_text().splitlines()]

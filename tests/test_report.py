@@ -685,11 +685,11 @@ def check_extraction(t, s, out):
                                                       "mcnemar_p")], name
     for name, v in s["constant_answer_baselines"].items():
         assert h[f"baseline: {name}"][1] == shown(v)
-    p = rows_by_first(t, "extraction-patterns")
-    assert set(p) == set(s["patterns"])
+    p = rows_by_first(t, "extraction-patterns")    # shown "0-0-1": a name on the page, never read as a number
+    assert set(p) == {"-".join(key) for key in s["patterns"]}
     for key, x in s["patterns"].items():
-        assert p[key][4] == shown(x["n"])
-        assert p[key][1:4] == ["✓" if ch == "1" else "✗" for ch in key]
+        assert p["-".join(key)][4] == shown(x["n"])
+        assert p["-".join(key)][1:4] == ["✓" if ch == "1" else "✗" for ch in key]
     pr = rows_by_first(t, "extraction-paired")
     for x in s["paired"].values():
         assert pr[f"{x['a']} vs {x['b']}"][1:5] == [shown(x[k]) for k in ("both_correct", "only_a", "only_b",

@@ -148,6 +148,7 @@ def test_forged_shard_facts_are_refused_naming_the_file_and_the_field(tmp_path, 
     assert f"{a / shards.NAME}: field {field}" in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
+@pytest.mark.slow                  # run.py or torch.distributed in subprocesses
 def test_merge_of_a_forged_huge_shard_count_is_refused_at_once(tmp_path):
     """10**9 shards in both files: refused on one line (exit 2) before any list of shard numbers is built."""
     edit = set_in(("shard", "n"), 10 ** 9)
@@ -271,6 +272,7 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow                  # run.py or torch.distributed in subprocesses
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_rank_alone_says_what_it_waits_for_and_gives_up_with_one_line(tmp_path, rank):
     """WORLD_SIZE=2 and the launcher's variables set, but only one rank started: it says which rank it waits for,
@@ -292,6 +294,7 @@ def test_a_rank_alone_says_what_it_waits_for_and_gives_up_with_one_line(tmp_path
     assert time.monotonic() - t0 < 100 and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow                  # run.py or torch.distributed in subprocesses
 def test_join_timeout_must_be_a_positive_number_of_seconds(tmp_path):
     proc = run_cli("run.py", "--cache", tmp_path / "cache", "--out", tmp_path / "o", "--join-timeout", "0",
                    timeout=60)
@@ -303,11 +306,14 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from experiments import parallel
 plan = parallel.init_distributed("cpu", 60)
-print("gathered", parallel.all_gather(plan, plan.rank), "of", plan.world, flush=True)
+# one write per line: two ranks share the pipe, and print() writes the text and its newline separately
+sys.stdout.write(f"gathered {parallel.all_gather(plan, plan.rank)} of {plan.world}\n")
+sys.stdout.flush()
 parallel.shutdown(plan)
 """
 
 
+@pytest.mark.slow                  # run.py or torch.distributed in subprocesses
 @pytest.mark.parametrize("how", ["torchrun", "by-hand"])
 def test_ranks_that_all_start_join_and_gather(tmp_path, how):
     """The timed join works where every rank comes: under torchrun (its agent's store) and with the variables set

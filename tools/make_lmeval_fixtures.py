@@ -3,12 +3,13 @@
 For each version this script makes (or reuses) a virtual environment of its own under --venvs (torch==2.13.0, the
 CPU build; `lm-eval==<version>` with a transformers pin that release accepts), then runs, inside that environment,
 the child part of this same file (`--child`): it builds a tiny randomly initialised Llama (fixed seed, safetensors)
-with a word-level tokenizer made offline from a fixed word list, writes two local tasks (a multiple_choice task and
-a generate_until task over a six-document JSONL file written here), and runs that version's own `lm_eval` command
-line with --log_samples. What lm-eval wrote under its --output_path is copied, unchanged, to
-tests/fixtures/lmeval_versions/<version>/run/. A release that has `--samples` (0.4.9 on) runs a second time on the
-multiple_choice task with an unsorted selection, SELECTION, into <version>/samples/. tests/fixtures/lmeval_versions/
-README.md records the command, the date and the versions of the packages that matter.
+with a word-level tokenizer made offline from a fixed word list, writes three local tasks (a multiple_choice task,
+the same with acc_mutual_info, and a generate_until task, over a six-document JSONL file written here), and runs that
+version's own `lm_eval` command line with --log_samples. What lm-eval wrote under its --output_path is copied,
+unchanged, to tests/fixtures/lmeval_versions/<version>/run/, the model and the data file beside it (tiny-llama/,
+data/). A release that has `--samples` (0.4.9 on) runs a second time on the multiple_choice task with an unsorted
+selection, SELECTION, into <version>/samples/. tests/fixtures/lmeval_versions/README.md records the command, the
+date and the versions of the packages that matter.
 
     python tools/make_lmeval_fixtures.py                      # every version in VERSIONS
     python tools/make_lmeval_fixtures.py --versions 0.4.9.2 0.4.13 --venvs /tmp/lmeval-venvs
@@ -84,6 +85,28 @@ metric_list:
 metadata:
   version: 1.0
 """
+# the same documents scored with acc_mutual_info: each document also gets one unconditional request per choice,
+# which releases to 0.4.8 read back "strided" and later ones "appended" (evidence_audit/lmeval/versions.py)
+MI_TASK = """task: versions_mi
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: data/docs.jsonl
+test_split: test
+output_type: multiple_choice
+doc_to_text: "Q: {{question}}\\nA:"
+doc_to_choice: "{{choices}}"
+doc_to_target: "{{label}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+  - metric: acc_mutual_info
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
 GEN_TASK = """task: versions_gen
 dataset_path: json
 dataset_kwargs:
@@ -110,12 +133,14 @@ metric_list:
 metadata:
   version: 1.0
 """
-TASKS = "versions_mc,versions_gen"
+TASKS = "versions_mc,versions_gen,versions_mi"
 # 0.4.9.2's task listing (get_task_dict's pretty_print_task, lm_eval/tasks/__init__.py:679-686) takes every task's
 # YAML path relative to lm_eval/tasks/ and raises for a YAML outside it, so its CLI cannot run an --include_path task
 # kept elsewhere: there the task YAMLs are written into <lm_eval>/tasks/versions_fixture/ of its own environment.
 TASKS_INSIDE_PACKAGE = {"0.4.9.2"}
-SELECTION = {"versions_mc": [4, 1, 3]}     # unsorted on purpose: how each release labels such a selection
+# unsorted on purpose: how each release labels such a selection (documents 0, 1, 3, 5 are scored in that order and
+# logged as 5, 1, 3, 0: two mislabelled, two not)
+SELECTION = {"versions_mc": [5, 1, 3, 0]}
 SAMPLES_FROM = (0, 4, 9)                   # the first release with --samples (lm_eval/__main__.py of 0.4.9)
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -180,6 +205,7 @@ def child(version, venv, dest):
         tasks_dir.mkdir()
         (tasks_dir / "versions_mc.yaml").write_text(MC_TASK)
         (tasks_dir / "versions_gen.yaml").write_text(GEN_TASK)
+        (tasks_dir / "versions_mi.yaml").write_text(MI_TASK)
         env = dict(os.environ, HF_HOME=str(work / "hf"), **OFFLINE)
         runs = [False, True] if has_samples_option(version) else [False]
         for selection in runs:
@@ -193,6 +219,10 @@ def child(version, venv, dest):
         dest.mkdir(parents=True)
         for name in ["run", "samples"][:len(runs)]:
             shutil.copytree(work / name, dest / name)
+        # the model and the data the runs read, so that the audit's identity level (--data, --model) can run on
+        # the fixtures: a model of this release's transformers (its random init may differ between releases)
+        shutil.copytree(work / MODEL, dest / MODEL)
+        shutil.copytree(work / "data", dest / "data")
     print(f"{version}: {lm_eval.__file__} -> {dest}")
 
 
@@ -219,6 +249,7 @@ def ensure_venv(version, venv, seed=None):
     torch again; the result is checked the same way (pip resolves every requirement against what is there)."""
     py = Path(venv) / "bin" / "python"
     if py.exists():
+        drop_stale_metadata(venv)
         probe = subprocess.run([str(py), "-c", "from importlib.metadata import version; print(version('lm_eval'))"],
                                capture_output=True, text=True)
         if probe.returncode == 0 and probe.stdout.strip() == version and \
@@ -235,21 +266,39 @@ def ensure_venv(version, venv, seed=None):
                 else:
                     os.link(item, dst / item.name)
     subprocess.run([str(py), "-m", "pip", "install", "-q", TORCH, *VERSIONS[version]], check=True)
+    drop_stale_metadata(venv)
     subprocess.run([str(py), "-m", "pip", "check"], check=True)
+
+
+def drop_stale_metadata(venv):
+    """Remove *.dist-info directories without METADATA: what pip leaves of a seeded package it replaced (the
+    hard-linked INSTALLER/REQUESTED files are not in the new RECORD), and importlib.metadata may then answer None
+    for that package's version."""
+    for d in site_packages(venv).glob("*.dist-info"):
+        if d.is_dir() and not (d / "METADATA").exists():
+            shutil.rmtree(d)
 
 
 def write_readme(argv, done):
     lines = ["# Real lm-eval output, one directory per release", "",
              "Each directory holds what one lm-eval release wrote under its `--output_path` (unchanged: the model-named",
              "subdirectory, `results_<date>.json`, one `samples_<task>_<date>.jsonl` per task) for the same tiny random",
-             "Llama (word-level tokenizer, 32 words, seed 0), the same two local tasks (`versions_mc`: multiple_choice,",
-             "acc and acc_norm; `versions_gen`: generate_until, a `take_first` filter named `first`, exact_match) and",
+             "Llama (word-level tokenizer, 32 words, seed 0), the same three local tasks (`versions_mc`: multiple_choice,",
+             "acc and acc_norm; `versions_gen`: generate_until, a `take_first` filter named `first`, exact_match;",
+             "`versions_mi`: multiple_choice, acc and acc_mutual_info, whose unconditional requests the releases read",
+             "back differently) and",
              "the same six documents, in `<version>/run/`; releases with `--samples` (0.4.9 on) also ran the",
              f"multiple_choice task on the unsorted selection {json.dumps(SELECTION)}, in `<version>/samples/`.",
+             "Beside them, `<version>/tiny-llama/` (the model as that release's transformers saved it; the weights",
+             "came out byte-identical in every release, which the tests check) and `<version>/data/docs.jsonl` (the",
+             "documents) are what the runs read: `audit.py --lm-eval` can re-render and re-tokenise against them.",
              "`evidence_audit/lmeval/versions.py` says what differs between them and where each release's source does",
              "it; `tests/test_lmeval_versions.py` checks those claims against these files.",
-             "", "Made by:", "", "```", " ".join(argv), "```", "",
-             f"on {datetime.date.today().isoformat()}; each release ran, in its own environment and a fresh directory",
+             "", "Made by (each release's directory by a call that named it, or by one without --versions: all; the",
+             "freeze lines of releases made by an earlier call are kept):", "",
+             "```", "python tools/make_lmeval_fixtures.py [--versions VERSION ...]", "```", "",
+             f"the last call `{' '.join(argv)}` on {datetime.date.today().isoformat()}; each release ran, in its own",
+             "environment and a fresh directory",
              "holding the model (`tiny-llama/`), the tasks (`tasks/`) and the data (`data/docs.jsonl`):",
              "", "```", " ".join(["lm_eval"] + lm_eval_argv("VENV", False, "$PWD/tasks")[1:]),
              " ".join(["lm_eval"] + lm_eval_argv("VENV", True, "$PWD/tasks")[1:-4]

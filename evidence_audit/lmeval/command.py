@@ -8,19 +8,21 @@ from pathlib import Path
 
 from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, AuditOptions, print_report, short, write_report
 from evidence_audit.definitions import is_int
+from evidence_audit.lmeval import rescore
 from evidence_audit.lmeval.driver import audit_lmeval
 from evidence_audit.reading import Unreadable, parse_strict, read_json
 
-LEVELS_SAY = ("levels: arithmetic = per-sample metrics, aggregates, hashes and doc_ids from the run alone; identity "
-              "(--tokens) = each sample's doc against --data, targets and prompts (few-shot too) re-rendered, token "
-              "boundaries (--model); forward (--forward) = every loglikelihood re-scored with audit.py's own forward "
-              "pass (--model)")
+LEVELS_SAY = ("levels: arithmetic = per-sample metrics, aggregates, groups, stderrs, hashes and doc_ids from the run "
+              "alone; identity (--tokens) = each sample's doc against --data, targets and prompts (few-shot and chat "
+              "too) re-rendered, token boundaries (--model); forward (--forward) = every loglikelihood re-scored in "
+              "the run's dtype (audit.py's own Llama, or transformers' class for other architectures), in lm-eval's "
+              "batches when reproducible (--model)")
 
 
 def lmeval_args(ap):
     g = ap.add_argument_group("lm-eval runs (python audit.py --lm-eval RUN_DIR ...)")
     g.add_argument("--lm-eval", type=Path, metavar="RUN_DIR",
-                   help="audit what `lm_eval ... --log_samples --output_path RUN_DIR` wrote (lm-eval 0.4.9.2)")
+                   help="audit what `lm_eval ... --log_samples --output_path RUN_DIR` wrote (lm-eval 0.4.5 to 0.4.13)")
     g.add_argument("--data", action="append", default=[], metavar="[TASK=]FILE",
                    help="identity level: local copy of the evaluated split (.parquet, .jsonl, .tsv); TASK=FILE for one "
                         "task of several (repeatable)")
@@ -33,6 +35,9 @@ def lmeval_args(ap):
     g.add_argument("--sample", type=int, metavar="N",
                    help="forward level: re-score at most N requests per task, documents chosen by sha256(salt:task:"
                         "doc_id) before any score is read (the report says it is a sample)")
+    g.add_argument("--device", metavar="cpu|cuda",
+                   help="forward level: where to re-score (default cpu); lm-eval's batches are reproduced only on "
+                        "the kind of device the run recorded")
     g.add_argument("--task", action="append", metavar="NAME", help="audit only this task (repeatable)")
     g.add_argument("--samples", metavar="FILE|JSON",
                    help="the selection the run was made with (lm-eval's --samples: a JSON file or the JSON itself, "
@@ -61,7 +66,7 @@ def lmeval_main(args):
     skipped), 2 unreadable or unknown format (one line, no report written)."""
     if args.mutations or args.review or args.public_only or args.experiment or args.cache:
         print("error: --lm-eval takes --data, --model, --sample, --task, --tokens, --forward, --report, --threads, "
-              "--strict; not --mutations, --review, --public-only, --experiment or --cache", file=sys.stderr)
+              "--device, --strict; not --mutations, --review, --public-only, --experiment or --cache", file=sys.stderr)
         return 2
     if args.sample is not None and args.sample < 1:
         print(f"error: --sample {args.sample}: expected a positive number of requests", file=sys.stderr)
@@ -70,8 +75,10 @@ def lmeval_main(args):
         + ((FORWARD,) if args.forward else ())
     try:
         selection = read_selection(args.samples) if args.samples is not None else None
+        rescore.check_device(args.device)
         report = audit_lmeval(args.lm_eval, levels, args.data, args.model, args.sample, args.task,
-                              options=AuditOptions(threads=args.threads), fewshot=args.fewshot_data,
+                              options=AuditOptions(threads=args.threads, device=args.device or "cpu"),
+                              fewshot=args.fewshot_data,
                               selection=selection)
     except Unreadable as e:
         print(f"error: {e}", file=sys.stderr)       # the message names the file: run, --samples or --model

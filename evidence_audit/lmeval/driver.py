@@ -4,7 +4,7 @@ from pathlib import Path
 
 from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, Checks
 from evidence_audit.driver import AUDIT_FORMAT, headline
-from evidence_audit.lmeval import aggregate, docs, identity, persample, rescore
+from evidence_audit.lmeval import aggregate, docs, groups, identity, persample, rescore, rolling
 from evidence_audit.lmeval.files import discover, orphan_samples
 from evidence_audit.lmeval.fmt import read_results, read_samples
 from evidence_audit.lmeval.task import TaskRun
@@ -15,7 +15,8 @@ class Results:
     """A parsed results file and the name messages use for it."""
 
     def __init__(self, path):
-        self.path, self.name, self.data = path, path.name, read_results(path)
+        self.path, self.name = path, path.name
+        self.data, self.release, self.extras = read_results(path)
 
 
 def data_for(data_args, task):
@@ -27,8 +28,8 @@ def data_for(data_args, task):
 
 def tasks_of(run, res, several, C, only, selection=None):
     """The TaskRuns of one run (results configs x samples files; `selection`: audit.py --samples, {task: ids});
-    rows for a task without samples, samples without a task, and a results entry with no config (a group: SKIPPED
-    by name)."""
+    rows for a task without samples and samples without a task (a results entry with no config is a group:
+    groups.group_rows)."""
     out, top = [], res.data
     label = lambda name: f"{name}@{run.date_id[:19]}" if several else name      # noqa: E731
     for name in top["configs"]:
@@ -42,15 +43,13 @@ def tasks_of(run, res, several, C, only, selection=None):
             continue
         if not isinstance(top["results"].get(name), dict) or not isinstance(top["n-samples"].get(name), dict):
             raise Unreadable(f"{res.path}: field 'results.{name}' or 'n-samples.{name}': missing for a configured task")
+        samples, release = read_samples(run.samples[name], res.release, top["configs"][name])
         out.append(TaskRun(name, label(name), top["configs"][name], top["results"][name], top["n-samples"][name],
-                           top["config"], read_samples(run.samples[name]), run.samples[name],
-                           (selection or {}).get(name)))
+                           top["config"], samples, run.samples[name], (selection or {}).get(name), release,
+                           res.extras.get(name, {})))
     for name in sorted(set(run.samples) - set(top["configs"])):
         C.add(label(name), ARITHMETIC, "samples file", 0,
               [f"{run.samples[name].name}: no config for task {name} in {res.name}"])
-    for name in sorted(set(top["results"]) - set(top["configs"])):
-        C.skip(label(name), ARITHMETIC, "group aggregate", f"{name} has no task config (a group): its aggregate is NOT "
-                                                           "recomputed")
     return out
 
 
@@ -59,12 +58,15 @@ def audit_task(C, t, res, levels, opts):
     docs.doc_id_rows(C, t)
     docs.hash_rows(C, t, res)
     docs.group_row(C, t)
-    persample.persample_rows(C, t)
-    aggregate.aggregate_rows(C, t, res.name)
+    if t.output_type == rolling.ROLLING:
+        rolling.persample_rows(C, t)
+    else:
+        persample.persample_rows(C, t, res.data)
+    aggregate.aggregate_rows(C, t, res.name, res.data)
     ids = None
     if IDENTITY in levels:
         identity.identity_rows(C, t, res.data, data_for(opts["data"], t.name), data_for(opts["fewshot"], t.name),
-                               opts["loaded"])
+                               opts["loaded"], opts["model"])
         ids = rescore.boundary_rows(C, t, opts["model"], res.data)
     if FORWARD in levels:
         return rescore.forward_rows(C, t, opts["model"], res.data, ids, opts["sample"])
@@ -91,11 +93,17 @@ def audit_lmeval(run_dir, levels=(ARITHMETIC,), data=(), model=None, sample=None
     runs = discover(run_dir)
     for run in runs:
         res = Results(run.results)
-        for t in tasks_of(run, res, len(runs) > 1, C, only, selection):
+        if run.json_named and not res.release.fact("json_output_path"):
+            raise Unreadable(f"{run.results}: named after an --output_path ending in .json, which lm-eval "
+                             f"{res.release.name} never does (it writes results_<date>.json) — refused")
+        run_tasks = tasks_of(run, res, len(runs) > 1, C, only, selection)
+        for t in run_tasks:
             tasks.append(t.label)
             figures = audit_task(C, t, res, levels, opts)
             if figures:
                 details[t.label] = {"forward": figures}
+        groups.group_rows(C, res, {t.name: t for t in run_tasks},
+                          lambda name, r=run: f"{name}@{r.date_id[:19]}" if len(runs) > 1 else name, only)
     for p in orphan_samples(run_dir, runs):
         C.add("-", ARITHMETIC, "samples file", 0, [f"{p}: a samples file with no results file of its date"])
     for name in only or []:

@@ -1,9 +1,14 @@
 """Discovery: the runs under an lm-eval `--output_path` directory.
 
-lm-eval 0.4.9.2's EvaluationTracker writes, per run, `<OUT>/<model_name_sanitized>/results_<date_id>.json` and one
-`samples_<task>_<date_id>.jsonl` per task beside it (date_id: datetime.isoformat() with ':' replaced by '-'); with an
-empty model name (a model object passed without model_args) the files are in <OUT> itself. Several runs may share
-one output path: each results file is one run, paired with the samples files of the same date_id in its directory.
+Every release read (0.4.5 to 0.4.13, versions.py) has its EvaluationTracker write, per run,
+`<OUT>/<model_name_sanitized>/results_<date_id>.json` and one `samples_<task>_<date_id>.jsonl` per task beside it
+(date_id: datetime.isoformat() with ':' replaced by '-'). With an empty model name (a model object passed without
+model_args) the files are in <OUT> itself up to 0.4.9.2 and in a random 8-character subdirectory from 0.4.10
+(versions.py unnamed_model_dir: a subdirectory like any other here). From 0.4.9 an --output_path ending in ".json"
+names the results file `<stem>_<date_id>.json` beside it, the samples files in the same directory (versions.py
+json_output_path): such a name is taken as a results file too (RESULTS_RE), and the driver refuses it for a release
+that never writes it. Several runs may share one output path: each results file is one run, paired with the samples
+files of the same date_id in its directory.
 """
 import re
 from dataclasses import dataclass, field
@@ -12,7 +17,7 @@ from pathlib import Path
 from evidence_audit.reading import Unreadable
 
 DATE_ID = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
-RESULTS_RE = re.compile(rf"results_({DATE_ID})\.json")
+RESULTS_RE = re.compile(rf"(.+)_({DATE_ID})\.json")         # "results", or the stem of a .json --output_path
 SAMPLES_RE = re.compile(rf"samples_(.+)_({DATE_ID})\.jsonl")
 MAX_RUN_FILES = 10000           # files looked at under RUN_DIR (an output path is a few files per run)
 
@@ -23,6 +28,11 @@ class Run:
     results: Path
     date_id: str
     samples: dict = field(default_factory=dict)
+
+    @property
+    def json_named(self):
+        """True when the results file is named after an --output_path ending in .json, not results_<date>.json."""
+        return not self.results.name.startswith(f"results_{self.date_id}")
 
 
 def candidate_dirs(run_dir):
@@ -52,7 +62,7 @@ def discover(run_dir):
         for name in names:
             m = RESULTS_RE.fullmatch(name)
             if m:
-                runs.append(Run(d / name, m.group(1)))
+                runs.append(Run(d / name, m.group(2)))
         for run in [r for r in runs if r.results.parent == d]:
             for name in names:
                 m = SAMPLES_RE.fullmatch(name)
@@ -60,7 +70,7 @@ def discover(run_dir):
                     run.samples[m.group(1)] = d / name
     if not runs:
         raise Unreadable(f"{run_dir}: no results_<date>.json in it or in a subdirectory; expected the output of "
-                         "`lm_eval ... --log_samples --output_path DIR` (lm-eval 0.4.9.2)")
+                         "`lm_eval ... --log_samples --output_path DIR` (lm-eval 0.4.5 to 0.4.13)")
     return runs
 
 

@@ -5,17 +5,27 @@ With --data FILE: each logged doc against the dataset row at its doc_id (names e
 doc_hash recomputed from that row, and a limit that cuts a (sentence, question) group named. From the run's own
 dumped config (prompt.py, sandboxed Jinja): every logged target re-rendered (always: a target depends on its
 document alone), and every request's context re-rendered, few-shot examples included (drawn from --data or
---fewshot-data as lm-eval draws them). A context the audit cannot render (a chat template, a few-shot split it was
-not given) FAILs as INCOMPLETE: what a results file declares never switches a check off.
+--fewshot-data as lm-eval draws them; through the --model directory's chat template when the run applied one). A
+context the audit cannot render (a chat run without --model, a few-shot split it was not given) FAILs as
+INCOMPLETE: what a results file declares never switches a check off. Not every request carries that context: the
+unconditional half of an acc_mutual_info sample has "" (persample.mutual_info_split: k conditional requests, then
+the k unconditional ones, in every release read), and a loglikelihood_rolling request's only argument is
+doc_to_target(doc), not a context (lm-eval 0.4.9.2 lm_eval/api/task.py:1455-1456; the same in every release read).
+Chat settings: the results' system_instruction_sha and chat_template_sha recomputed, and its chat_template against
+the template the --model directory's tokenizer applies.
 With --model DIR: the continuation token boundaries (tokens.py)."""
 from evidence_audit.checks import IDENTITY, expect, short
-from evidence_audit.lmeval import prompt
+from evidence_audit.lmeval import persample, prompt
 from evidence_audit.lmeval.data import load_rows, same_row
 from evidence_audit.lmeval.docs import doc_hash
+from evidence_audit.lmeval.rolling import ROLLING
 from evidence_audit.lmeval.task import group_of
+from evidence_audit.model_files import check_model_dir
+from evidence_audit.reading import sha256_text
 
 TARGET_CHECK = "target re-rendered from doc_to_target"
 PROMPT_CHECK = "prompt re-rendered from the config (description, few-shot examples, doc_to_text; sandboxed Jinja)"
+CHAT_CHECK = "chat template and system instruction (results vs --model's tokenizer; their sha256)"
 
 
 def data_rows(C, t, rows, typed, data_path):
@@ -97,26 +107,110 @@ def render_each(render, doc):
         return e
 
 
-def contexts(t, top, data, fewshot, loaded):
+def chat_template(t, top, model, loaded):
+    """The ChatTemplate of --model when the run applied a chat template (the results' chat_template is not null),
+    else None; Unrenderable without --model. One per model directory and model_args, kept in `loaded`."""
+    if top.get("chat_template") is None:
+        return None
+    if model is None:
+        raise prompt.Unrenderable("the run applied a chat template (the results' chat_template): pass --model DIR, "
+                                  "whose tokenizer's template the audit renders with")
+    key = ("chat template", str(model), str(t.run_config.get("model_args")))
+    if key not in loaded:
+        check_model_dir(model)      # a hostile directory: one line, exit 2, before a file of it is read
+        loaded[key] = prompt.ChatTemplate(model, t.run_config.get("model_args"))
+    return loaded[key]
+
+
+def chat_rows(C, t, top, model, loaded):
+    """Row CHAT_CHECK: system_instruction_sha and chat_template_sha against the sha256 lm-eval's tracker takes of
+    the logged texts (null for an empty or absent one), and the logged chat_template against the one the --model
+    directory's tokenizer applies. A run without system instruction or chat template has nothing to compare: the
+    row is SKIPPED, not requested."""
+    system, chat = top.get("system_instruction"), top.get("chat_template")
+    if system is None and chat is None and top.get("system_instruction_sha") is None \
+            and top.get("chat_template_sha") is None:
+        C.skip(t.label, IDENTITY, CHAT_CHECK, "no system instruction and no chat template in the results",
+               requested=False)
+        return
+    bad = []
+    for key, text in (("system_instruction_sha", system), ("chat_template_sha", chat)):
+        if text is not None and not isinstance(text, str):
+            bad.append(f"results {key[:-4]}: a {type(text).__name__}, not a text")
+            continue
+        expect(bad, "results", key, top.get(key), sha256_text(text) if text else None,
+               f"sha256 of the results' {key[:-4]}; lm-eval's tracker writes null for an empty or absent one")
+    note = None
+    if isinstance(chat, str):
+        try:
+            tpl = chat_template(t, top, model, loaded)
+        except prompt.Unrenderable as e:
+            bad += incomplete(str(e))
+        else:
+            note = tpl.source
+            if chat != tpl.text:
+                theirs, ours = sha256_text(chat)[:12], sha256_text(tpl.text)[:12]
+                bad.append(f"results chat_template: logged {short(chat, 60)} (sha256 {theirs}), the tokenizer applies "
+                           f"{short(tpl.text, 60)} (sha256 {ours}, {tpl.source}); a named template of several is "
+                           "logged but lm-eval renders the tokenizer's default")
+    C.add(t.label, IDENTITY, CHAT_CHECK, 1, bad, note=note)
+
+
+def contexts(t, top, data, fewshot, loaded, model=None):
     """{doc_id: the context lm-eval 0.4.9.2 gives every request of that document, or the template error},
     rendered in lm-eval's order (the logged doc_ids of one filter, ascending: dataset order). Unrenderable for
     what is not implemented."""
     why = prompt.not_implemented(t.config, top)
     if why:
         raise prompt.Unrenderable(why)
+    chat = chat_template(t, top, model, loaded)
     k = t.config.get("num_fewshot") or 0
     docs = fewshot_docs(t, data, fewshot, loaded) if k else []
-    render = prompt.Renderer(t.config, top, t.run_config, docs)
+    render = prompt.Renderer(t.config, top, t.run_config, docs, chat)
     first = t.by_filter().get(t.samples[0].raw["filter"], []) if t.samples else []
     return {s.doc_id: render_each(render, s.raw["doc"]) for s in sorted(first, key=lambda s: s.doc_id)}
 
 
-def prompt_rows(C, t, top, data, fewshot, loaded):
-    """Row PROMPT_CHECK: every request's context against the context rendered from the config, the document and
-    (few-shot) the few-shot split. What the audit cannot render FAILs as INCOMPLETE: a results file that declares
-    few-shot or chat settings never switches the check off."""
+def rolling_prompt_rows(C, t):
+    """Row PROMPT_CHECK of a loglikelihood_rolling task: each request's only argument is doc_to_target(doc) itself
+    (construct_requests gives it no context, whatever few-shot or chat settings the run declares)."""
+    bad = []
+    for s in t.samples:
+        try:
+            text = prompt.doc_to_target(t.config.get("doc_to_target"), s.raw["doc"],
+                                        t.config.get("doc_to_choice") is not None)
+        except Exception as e:      # a template error is a finding about this sample, not a crash of the audit
+            bad.append(f"{s.where} doc_to_target: cannot render ({type(e).__name__}: {str(e)[:80]})")
+            continue
+        expect(bad, s.where, "arguments.gen_args_0.arg_0", s.requests[0][0], text,
+               f"doc_to_target rendered on the logged doc: a {ROLLING} request's only argument")
+    C.add(t.label, IDENTITY, PROMPT_CHECK, len(t.samples), bad,
+          note=f"{ROLLING}: the request is doc_to_target(doc), no context")
+
+
+def expected_args(t, top, s, ctx, bad):
+    """Each request's expected first argument: the rendered context, but "" for the unconditional half of an
+    acc_mutual_info sample; None (and a message) when its requests are not laid out as the release makes them."""
+    if t.output_type != "multiple_choice" or "acc_mutual_info" not in s.raw["metrics"]:
+        return [(ctx, "rendered from the config on the logged doc")] * len(s.requests)
+    split = persample.mutual_info_split(t, s, bad, persample.target_delimiter(t, top))
+    if split is None:
+        return None
+    k = len(split[0])
+    return [(ctx, "rendered from the config on the logged doc")] * k + \
+        [("", "the unconditional request of acc_mutual_info has no context")] * (len(s.requests) - k)
+
+
+def prompt_rows(C, t, top, data, fewshot, loaded, model=None):
+    """Row PROMPT_CHECK: every request's context against the context rendered from the config, the document,
+    (few-shot) the few-shot split and (chat) the --model directory's chat template ("" for acc_mutual_info's
+    unconditional requests; a rolling task's text: rolling_prompt_rows). What the audit cannot render FAILs as
+    INCOMPLETE: a results file that declares few-shot or chat settings never switches the check off."""
+    if t.output_type == ROLLING:
+        rolling_prompt_rows(C, t)
+        return
     try:
-        want = contexts(t, top, data, fewshot, loaded)
+        want = contexts(t, top, data, fewshot, loaded, model)
     except prompt.Unrenderable as e:
         C.add(t.label, IDENTITY, PROMPT_CHECK, len(t.samples), incomplete(str(e)))
         return
@@ -129,18 +223,21 @@ def prompt_rows(C, t, top, data, fewshot, loaded):
         if ctx is None:
             bad.append(f"{s.where} doc_id: not logged under the first filter; context NOT rendered")
             continue
-        for i, (logged, _) in enumerate(s.requests):
-            expect(bad, s.where, f"arguments.gen_args_{i}.arg_0", logged, ctx,
-                   "rendered from the config on the logged doc")
+        args = expected_args(t, top, s, ctx, bad) or []
+        for i, ((logged, _), (expected, why)) in enumerate(zip(s.requests, args)):
+            expect(bad, s.where, f"arguments.gen_args_{i}.arg_0", logged, expected, why)
     k = t.config.get("num_fewshot") or 0
+    chat = "" if top.get("chat_template") is None else \
+        ", chat template" + (" (few-shot as multiturn)" if top.get("fewshot_as_multiturn") is True and k else "")
     C.add(t.label, IDENTITY, PROMPT_CHECK, len(t.samples), bad,
-          note=f"num_fewshot {k}" + (f", fewshot_seed {t.run_config.get('fewshot_seed')}" if k else ""))
+          note=f"num_fewshot {k}" + (f", fewshot_seed {t.run_config.get('fewshot_seed')}" if k else "") + chat)
 
 
-def identity_rows(C, t, top, data, fewshot, loaded):
+def identity_rows(C, t, top, data, fewshot, loaded, model=None):
     """The identity level of one task, without the tokenizer (rescore.boundary_rows adds that). `top`: the results
     file; `data`, `fewshot`: this task's --data and --fewshot-data files (or None); `loaded`: this audit's
-    {path: (rows, typed)} (one file may serve several tasks)."""
+    {path: (rows, typed)} (one file may serve several tasks) and chat templates; `model`: --model DIR (or None),
+    whose tokenizer's chat template renders a chat run's contexts."""
     if data is None:
         C.skip(t.label, IDENTITY, "each logged doc == the data row at its doc_id (and its doc_hash)",
                "needs --data FILE (a local copy of the evaluated split): mislabelled samples NOT checked")
@@ -149,4 +246,5 @@ def identity_rows(C, t, top, data, fewshot, loaded):
             loaded[data] = load_rows(data)
         data_rows(C, t, *loaded[data], data)
     target_rows(C, t)
-    prompt_rows(C, t, top, data, fewshot, loaded)
+    chat_rows(C, t, top, model, loaded)
+    prompt_rows(C, t, top, data, fewshot, loaded, model)

@@ -2,9 +2,17 @@
 lm_eval/api/metrics.py, api/task.py process_results and filters/*.py; never imported).
 
 Aggregations: mean (sum / len, in sample order), f1 (scikit-learn's binary F1 of (gold, pred) pairs, positive
-label 1, 0.0 when undefined), matthews_corrcoef (scikit-learn's MCC, 0.0 when undefined), and the closed-form
-stderr of mean (sample standard deviation / sqrt(n)). Filters: regex, take_first, lowercase, uppercase,
-remove_whitespace (strip). Anything else is not here, and the audit reports it SKIPPED by name.
+label 1, 0.0 when undefined), matthews_corrcoef (scikit-learn's MCC, 0.0 when undefined), perplexity
+(exp(-mean)), weighted_perplexity (exp(-sum(ll) / sum(count)), word_perplexity and byte_perplexity) and
+bits_per_byte (-sum(ll) / sum(bytes) / ln 2) over the (ll, count) pairs a loglikelihood_rolling sample logs, and
+the closed-form stderr of mean (sample standard deviation / sqrt(n)). Filters: regex, take_first, lowercase,
+uppercase, remove_whitespace (strip). Anything else is not here, and the audit reports it SKIPPED by name.
+
+Exactness: lm-eval sums with Python's builtin sum(), which adds left to right up to Python 3.11 and, from 3.12,
+compensates (Neumaier) while the items are exact floats; `builtin_sum` does either, and the audit picks the one of
+the run's Python (its results file's pretty_env_info). The other operations are IEEE double operations done in the
+same order (division, math.sqrt, math.exp, ** 2 through the C library's pow), so a recomputation on the machine
+that ran lm-eval is bit for bit; another C library could round exp/pow differently in the last bit.
 """
 import math
 import re
@@ -16,18 +24,68 @@ from evidence_audit.definitions import argmax_first
 # without "aggregation"
 DEFAULT_AGGREGATION = {"acc": "mean", "acc_norm": "mean", "acc_bytes": "mean", "acc_mutual_info": "mean",
                        "exact_match": "mean", "f1": "f1", "mcc": "matthews_corrcoef", "perplexity": "perplexity",
-                       "brier_score": "brier_score", "bleu": "bleu", "chrf": "chrf", "ter": "ter"}
+                       "brier_score": "brier_score", "bleu": "bleu", "chrf": "chrf", "ter": "ter",
+                       "word_perplexity": "weighted_perplexity", "byte_perplexity": "weighted_perplexity",
+                       "bits_per_byte": "bits_per_byte"}
 BOOTSTRAPPED = ("median", "matthews_corrcoef", "f1", "perplexity", "bleu", "chrf", "ter", "nanmean")
 
 
-def mean(xs):
-    return sum(xs) / len(xs)
+def builtin_sum(xs, compensated=False):
+    """sum(xs) (start 0) as CPython computes it over ints and floats: left to right (<= 3.11), or (3.12 on) an int
+    fast path, then a float path that adds exact floats with Neumaier's compensation and ints as doubles, the
+    compensation added when the sum ends or meets another type (then plain additions). Items of other types (e.g.
+    numpy scalars) leave the fast paths, as in CPython."""
+    if not compensated:
+        total = 0
+        for x in xs:
+            total = total + x
+        return total
+    it, total = iter(xs), 0
+    for x in it:                                    # int fast path
+        if type(x) is int or type(x) is bool:
+            total += x
+            continue
+        total = total + x
+        break
+    else:
+        return total
+    if type(total) is not float:
+        for x in it:
+            total = total + x
+        return total
+    f, c = total, 0.0
+    for x in it:                                    # float fast path
+        if type(x) is float:
+            t = f + x
+            c += (f - t) + x if abs(f) >= abs(x) else (x - t) + f
+            f = t
+        elif isinstance(x, int) and -2 ** 63 <= x < 2 ** 63:       # PyLong_Check: bool too
+            f += float(x)
+        else:
+            if c and math.isfinite(c):
+                f += c
+            total = f + x
+            for y in it:
+                total = total + y
+            return total
+    if c and math.isfinite(c):
+        f += c
+    return f
 
 
-def mean_stderr(xs):
+def mean(xs, compensated=False):
+    return builtin_sum(xs, compensated) / len(xs)
+
+
+def sample_stddev(xs, compensated=False):
+    """metrics.py sample_stddev: sqrt(sum((x - mean) ** 2) / (n - 1)), the sums as builtin sum() does them."""
+    mu = mean(xs, compensated)
+    return math.sqrt(builtin_sum([(x - mu) ** 2 for x in xs], compensated) / (len(xs) - 1))
+
+
+def mean_stderr(xs, compensated=False):
     """lm-eval's mean_stderr: sample standard deviation (n - 1) over sqrt(n)."""
-    mu = mean(xs)
-    return math.sqrt(sum((x - mu) ** 2 for x in xs) / (len(xs) - 1)) / math.sqrt(len(xs))
+    return sample_stddev(xs, compensated) / math.sqrt(len(xs))
 
 
 def f1_binary(pairs):
@@ -56,13 +114,44 @@ def mcc(pairs):
     return cov_tp / math.sqrt(cov_tt * cov_pp)
 
 
-def perplexity(xs):
+def perplexity(xs, compensated=False):
     """lm-eval's perplexity aggregation: exp(-mean of the log-likelihoods)."""
-    return math.exp(-mean(xs))
+    return math.exp(-mean(xs, compensated))
 
 
-AGGREGATIONS = {"mean": mean, "f1": f1_binary, "matthews_corrcoef": mcc, "perplexity": perplexity}
-SCALAR_AGGREGATIONS = ("mean", "perplexity")     # over numbers; the others over (gold, pred) pairs
+def weighted_mean(pairs, compensated=False):
+    """metrics.py weighted_mean: sum of the first members / sum of the second members."""
+    return builtin_sum([a for a, _ in pairs], compensated) / builtin_sum([b for _, b in pairs], compensated)
+
+
+def weighted_perplexity(pairs, compensated=False):
+    """word_perplexity and byte_perplexity: exp(-weighted_mean((ll, words or bytes)))."""
+    return math.exp(-weighted_mean(pairs, compensated))
+
+
+def bits_per_byte(pairs, compensated=False):
+    """bits_per_byte: -weighted_mean((ll, bytes)) / ln 2."""
+    return -weighted_mean(pairs, compensated) / math.log(2)
+
+
+def count_words(text):
+    """api/task.py count_words: the pieces of re.split(r"\\s+", text) (an edge space gives an empty piece)."""
+    return len(re.split(r"\s+", text))
+
+
+def count_bytes(text):
+    """api/task.py count_bytes: UTF-8 bytes."""
+    return len(text.encode("utf-8"))
+
+
+# aggregation name -> its function (f1 and matthews_corrcoef sum integers only: no summation flag)
+AGGREGATIONS = {"mean": mean, "f1": f1_binary, "matthews_corrcoef": mcc, "perplexity": perplexity,
+                "weighted_perplexity": weighted_perplexity, "bits_per_byte": bits_per_byte}
+SCALAR_AGGREGATIONS = ("mean", "perplexity")     # over numbers; the others over pairs
+SUMMED = ("mean", "perplexity", "weighted_perplexity", "bits_per_byte")     # results depend on builtin sum()
+# stderr_for_metric (api/metrics.py:545-577): bootstrapped (with bootstrap_iters > 0), closed form (mean,
+# acc_all), or none ("N/A"); bleu/chrf/ter bootstrap at most 100 iterations (evaluator_utils.py:117-121).
+CLOSED_FORM_STDERR = ("mean", "acc_all")
 
 
 def multiple_choice(lls, greedy, choices, gold):

@@ -1,21 +1,55 @@
 """Arithmetic level: every per-sample metric recomputed from the sample's own resps / filtered_resps and target,
-with lm-eval 0.4.9.2's process_results (metrics.py). What is not implemented is a SKIPPED row naming it."""
+with lm-eval's process_results (metrics.py), the same in every release read (0.4.5 to 0.4.13: versions.py acc_norm
+"characters"), except what a release does not have: acc_bytes before 0.4.9.2 (a sample of such a release that logs
+it FAILs), and acc_mutual_info, which each release reads by its own rule (versions.py mutual_info): every release
+logs a document's k conditional requests and then its k unconditional ones ("" as context); 0.4.9 on reads them
+back so ("appended": conditional lls[:k], unconditional lls[k:], the unconditional continuation with the target
+delimiter), releases to 0.4.8 read them "strided" (conditional lls[::2], unconditional lls[1::2], the continuation
+without the delimiter), so that their acc, acc_norm and acc_mutual_info of such a task mix the two halves: the
+audit recomputes what the release computed, not what it meant. In both, is_greedy is not split (exact_match reads
+the gold index of all 2k). With a chat template (the results' chat_template not null) every release from 0.4.7
+builds the continuations without the target delimiter, 0.4.10 on keeps it after a gen_prefix that does not end
+with whitespace, 0.4.5 always keeps it (versions.py CHAT_DELIMITER): the continuations are read by that rule.
+What is not implemented is a SKIPPED row naming it."""
 from evidence_audit.checks import ARITHMETIC, expect, same
+from evidence_audit.definitions import argmax_first
 from evidence_audit.lmeval import fmt
 from evidence_audit.lmeval.metrics import EXACT_MATCH_ARGS, apply_filters, exact_match, multiple_choice, \
     unsupported_filters
+from evidence_audit.lmeval.versions import CHAT_DELIMITER
 
 LOGLIKELIHOOD = ("multiple_choice", "loglikelihood")     # the output types whose requests are loglikelihood
-MC_METRICS = ("acc", "acc_norm", "acc_bytes", "exact_match", "f1", "mcc")
+MC_METRICS = ("acc", "acc_norm", "acc_bytes", "exact_match", "f1", "mcc", "acc_mutual_info")
 
 
-def choices_of(t, s, bad):
-    """A multiple_choice sample's choices: each continuation minus the config's target_delimiter (checked against
-    the config's doc_to_choice when that is a list). None (and a message) when they do not fit."""
+def target_delimiter(t, top):
+    """(the delimiter lm-eval put before each multiple_choice continuation of this task, how it follows): the
+    config's target_delimiter (" " by default), or with a chat template (`top`, the results: chat_template not null)
+    the release's rule (versions.CHAT_DELIMITER)."""
     delim = t.config.get("target_delimiter", " ")
-    conts = [c for _, c in s.requests]
+    if top.get("chat_template") is None:
+        return delim, "the config's target_delimiter"
+    versions = t.release.versions if t.release is not None else ("0.4.9.2",)
+    rules = {CHAT_DELIMITER[v][0] for v in versions}
+    if len(rules) != 1:
+        raise AssertionError(f"lm-eval {' or '.join(versions)} differ in CHAT_DELIMITER: narrow first")
+    rule, name = rules.pop(), " or ".join(versions)
+    prefix = t.config.get("gen_prefix")
+    if rule == "config" or rule == "empty-unless-gen-prefix" and isinstance(prefix, str) and prefix \
+            and not prefix[-1].isspace():
+        return delim, f"the config's target_delimiter (lm-eval {name} with a chat template" + \
+            (")" if rule == "config" else f" after gen_prefix {prefix!r})")
+    return "", f"no target_delimiter (lm-eval {name} with a chat template)"
+
+
+def choices_of(t, s, bad, delim, requests=None):
+    """A multiple_choice sample's choices: each continuation (of `requests`, by default all) minus `delim`
+    (target_delimiter's (delimiter, why)), checked against the config's doc_to_choice when that is a list. None (and
+    a message) when they do not fit."""
+    delim, why = delim
+    conts = [c for _, c in (s.requests if requests is None else requests)]
     if not all(isinstance(c, str) and c.startswith(delim) for c in conts):
-        bad.append(f"{s.where} arguments: a continuation does not start with target_delimiter {delim!r}")
+        bad.append(f"{s.where} arguments: a continuation does not start with {delim!r}, {why}")
         return None
     choices = [c[len(delim):] for c in conts]
     listed = t.config.get("doc_to_choice")
@@ -31,12 +65,35 @@ def gold_of(target, choices):
     return choices.index(target) if target in choices else None
 
 
-def mc_variant(s):
-    """The name of a multiple_choice variant not implemented here, or None: unconditional requests (acc_mutual_info),
-    one context per choice (multiple_input), a list of gold answers (multiple_target)."""
-    contexts = {ctx for ctx, _ in s.requests}
-    if "" in contexts or "acc_mutual_info" in s.raw["metrics"]:
-        return "multiple_choice with unconditional requests (acc_mutual_info)"
+def mutual_info_split(t, s, bad, delim):
+    """A sample that lists acc_mutual_info: (its k conditional requests, the positions the release reads as
+    conditional, those it reads as unconditional), or None (and a message) when the requests are not the k
+    conditional then k unconditional ones the release makes (api/task.py construct_requests; versions.py
+    mutual_info cites both halves). `delim`: target_delimiter's (delimiter, why). In every release the requests
+    are laid out so: the unconditional ones are requests[k:]."""
+    n, delim, rule = len(s.requests), delim[0], t.fact("mutual_info")
+    k = n // 2
+    cond, unc = s.requests[:k], s.requests[k:]
+    lead = delim if rule == "appended" else ""      # to 0.4.8 the unconditional continuation has no delimiter
+    want = [lead + c[len(delim):] if isinstance(c, str) and c.startswith(delim) else None for _, c in cond]
+    if n % 2 or any(ctx == "" for ctx, _ in cond) or any(ctx != "" for ctx, _ in unc) \
+            or want != [c for _, c in unc]:
+        bad.append(f"{s.where} arguments: acc_mutual_info, but not {k} conditional requests followed by their "
+                   f"{k} unconditional ones ('' context, continuation {lead!r} + choice) as lm-eval "
+                   f"{t.release.name if t.release else '0.4.9.2'} makes them")
+        return None
+    if rule == "appended":
+        return cond, list(range(k)), list(range(k, n))
+    return cond, list(range(0, n, 2)), list(range(1, n, 2))
+
+
+def mc_variant(t, s, requests):
+    """The name of a multiple_choice variant not implemented here, or None: unconditional requests without
+    acc_mutual_info, one context per choice (multiple_input), a list of gold answers (multiple_target).
+    `requests`: the sample's conditional requests."""
+    contexts = {ctx for ctx, _ in requests}
+    if "" in contexts:
+        return "multiple_choice with unconditional requests but no acc_mutual_info"
     if len(contexts) > 1:
         return "multiple_choice with one context per choice (multiple_input)"
     if s.raw["target"].startswith("["):
@@ -44,8 +101,9 @@ def mc_variant(s):
     return None
 
 
-def mc_sample(t, s, bad, skipped):
-    """One multiple_choice sample: filtered_resps from resps (take_first), then every metric it lists."""
+def mc_sample(t, s, bad, skipped, delim):
+    """One multiple_choice sample: filtered_resps from resps (take_first), then every metric it lists. `delim`:
+    target_delimiter's (delimiter, why)."""
     r = s.raw
     if len(r["resps"]) != len(s.requests) or len(r["filtered_resps"]) != len(s.requests):
         bad.append(f"{s.where} resps: {len(r['resps'])} responses for {len(s.requests)} requests")
@@ -54,20 +112,33 @@ def mc_sample(t, s, bad, skipped):
         if not (isinstance(resp, list) and resp and same(resp[0], fil)):
             bad.append(f"{s.where} filtered_resps[{i}]: recorded {str(fil)[:60]}, recomputed take_first of resps[{i}]")
     parsed = [fmt.loglikelihood(t.path, s, v, f"filtered_resps[{i}]") for i, v in enumerate(r["filtered_resps"])]
-    unusual = mc_variant(s)
+    requests, at_cond, at_unc = s.requests, list(range(len(s.requests))), None
+    if "acc_mutual_info" in r["metrics"]:
+        split = mutual_info_split(t, s, bad, delim)
+        if split is None:
+            return
+        requests, at_cond, at_unc = split
+    unusual = mc_variant(t, s, requests)
     if unusual:
         skipped.add(unusual)
         return
-    choices = choices_of(t, s, bad)
+    choices = choices_of(t, s, bad, delim, requests)
     if choices is None:
         return
     gold = gold_of(r["target"], choices)
     if gold is None:
         bad.append(f"{s.where} target: {r['target']!r} is neither a choice index nor a choice")
         return
-    values = multiple_choice([ll for ll, _ in parsed], [g for _, g in parsed], choices, gold)
+    lls = [parsed[i][0] for i in at_cond]
+    values = multiple_choice(lls, [g for _, g in parsed], choices, gold)      # is_greedy: all 2k, never split
+    if at_unc is not None:
+        mi = argmax_first([ll - parsed[u][0] for ll, u in zip(lls, at_unc)])
+        values["acc_mutual_info"] = 1.0 if mi == gold else 0.0
     for m in r["metrics"]:
-        if m in MC_METRICS:
+        if m == "acc_bytes" and not t.fact("acc_bytes"):
+            bad.append(f"{s.where} acc_bytes: lm-eval {t.release.name} has no such metric (it came with 0.4.9.2): "
+                       "not this release's output")
+        elif m in MC_METRICS:
             expect(bad, s.where, m, r[m], values[m], f"from filtered_resps and target {r['target']!r}")
         else:
             skipped.add(m)
@@ -116,10 +187,12 @@ def generate_sample(t, s, bad, skipped):
                f"exact_match({filtered!r}, target {r['target']!r}, {kwargs})")
 
 
-def persample_rows(C, t):
-    """Row "per-sample metrics recomputed", plus one SKIPPED row per metric/filter not implemented here."""
+def persample_rows(C, t, top):
+    """Row "per-sample metrics recomputed", plus one SKIPPED row per metric/filter not implemented here. `top`: the
+    results file (its chat_template decides the multiple_choice continuations' delimiter)."""
     bad, skipped = [], set()
-    kind = {"multiple_choice": mc_sample, "generate_until": generate_sample,
+    delim = target_delimiter(t, top) if t.output_type == "multiple_choice" else None
+    kind = {"multiple_choice": lambda *a: mc_sample(*a, delim), "generate_until": generate_sample,
             "loglikelihood": loglikelihood_sample}.get(t.output_type)
     if kind is None:
         C.skip(t.label, ARITHMETIC, "per-sample metrics recomputed",

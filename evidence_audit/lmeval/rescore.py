@@ -1,14 +1,40 @@
 """Token boundaries (identity level, --tokens --model DIR) and the forward level (--forward --model DIR): every
-loglikelihood request (multiple_choice and loglikelihood tasks) re-tokenised as lm-eval 0.4.9.2's TemplateLM._encode_pair does and
-re-scored with the audit's own float32 Llama forward pass (evidence_audit/forward.py).
+loglikelihood request (multiple_choice and loglikelihood tasks) re-tokenised as lm-eval 0.4.9.2's
+TemplateLM._encode_pair does and re-scored from the weights, in the run's dtype (float32 beside it for bfloat16 /
+float16), with evidence_audit/forward.py's scorers: the audit's own Llama pass where it covers the model, else
+transformers' class for config.json's architecture (named in the row; cannot catch an error that implementation
+shares with the run).
 
-_encode_pair: trailing whitespace of the context moves to the continuation; context and context + continuation are
-tokenised (no special tokens unless model_args say add_bos_token=True); the continuation is the whole's tokens after
-the context's count. HFLM keeps the last max_length + 1 tokens. --sample N: documents ranked by
-sha256(f"{SAMPLE_SALT}:{task}:{doc_id}") — fixed before any score is read — taken in that order while their requests
-total at most N per task (at least one document); the report says it is a sample.
+_encode_pair (lm-eval 0.4.9.2 lm_eval/api/model.py:389-401): trailing whitespace of the context moves to the
+continuation; context and context + continuation are tokenised with tok_encode, whose add_special_tokens is
+model_args' add_bos_token when given, else the tokenizer's default (True: its post-processor decides), and False for
+a string that starts with the prefix token's text (lm_eval/models/huggingface.py:855-872, models/utils.py:886-900);
+the continuation is the whole's tokens after the context's count.
+
+Two modes, named in the row:
+- lm-eval's batches (equality expected): when the run records an integer batch size, its device kind is the
+  audit's, its attention is eager (model_args attn_implementation=eager: the audit's passes are eager) and no
+  mixed_precision_dtype. lm-eval runs every loglikelihood request of every task of the run in one call
+  (evaluator.py:573), so the batches are formed over all of them: HFLM._loglikelihood_tokens
+  (models/huggingface.py:1131-1363) with its Collator (models/utils.py:355-560): requests grouped by context +
+  continuation[:-1] (unless logits_cache=False), one representative per group (its longest continuation, first in
+  request order), sorted by (-len(tokens), tokens), chunks of batch_size, each row (context + continuation)[-(max_length
+  + 1):][:-1], right-padded with 0; log_softmax over the vocabulary (in softmax_dtype when given); each member reads
+  the representative's last len(continuation) rows: greedy from the trailing len(its continuation) of them, its
+  score gathered from the LEADING ones (torch.gather over the first len(its continuation) rows), as lm-eval does.
+- one unpadded sequence per pass otherwise (and for --sample), against forward.TOLERANCE[dtype] (docs/forward-
+  dtypes.md), the reason the batches could not be reproduced named in the row.
+A flipped prediction (argmax over a document's requests) or is_greedy FAILs whatever the difference.
+
+--sample N: documents ranked by sha256(f"{SAMPLE_SALT}:{task}:{doc_id}") — fixed before any score is read — taken
+in that order while their requests total at most N per task (at least one document); the report says it is a sample.
+Limits: a run made by several processes (accelerate) is re-scored as one process's batches; --device cuda runs
+transformers' class for every architecture (the own Llama pass is CPU only) and is untested here (no GPU).
 """
 import hashlib
+import json
+import math
+import struct
 import time
 from pathlib import Path
 
@@ -16,19 +42,142 @@ from evidence_audit import forward, tokens
 from evidence_audit.checks import FORWARD, IDENTITY, expect
 from evidence_audit.definitions import argmax_first
 from evidence_audit.lmeval import fmt
+from evidence_audit.lmeval.files import SAMPLES_RE
 from evidence_audit.lmeval.persample import LOGLIKELIHOOD
 from evidence_audit.model_files import check_model_dir
+from evidence_audit.reading import Unreadable
 
 SAMPLE_SALT = "lmeval-forward-sample-v1"
 BOUNDARIES = "continuation token boundaries (model's tokenizer, lm-eval's _encode_pair)"
+RESCORED = "loglikelihoods re-scored in the run's dtype"
+ARGMAX = "argmax changes (the prediction) after re-scoring"
+GREEDY = "is_greedy changes after re-scoring"
+BATCHES_OF = "0.4.9.2"          # the release whose HFLM batching score_requests reproduces
+MAX_MODEL_ARGS = 4000           # characters of model_args read (a command-line string)
+MAX_HEADER = 100 * 2 ** 20      # bytes of a safetensors header read to count parameters
+_RUNS = {}                      # (run, settings) -> {(task, doc_id, request): (score, greedy)}: one pass per run
 
 
-def encode_pair(tok, context, continuation, add_bos):
+# ---- what the run recorded ---------------------------------------------------------------------------------------
+
+def model_args(run_config):
+    """model_args as {key: value string}: lm-eval's "k=v,k=v" string (or the dict simple_evaluate accepts)."""
+    raw = run_config.get("model_args")
+    if isinstance(raw, dict):
+        return {str(k): str(v) for k, v in raw.items()}
+    if not isinstance(raw, str):
+        return {}
+    return dict(p.split("=", 1) for p in raw[:MAX_MODEL_ARGS].split(",") if "=" in p)
+
+
+def flag(args, key):
+    """A boolean model_arg as lm-eval's simple_parse_args_string reads it (True/False, any case), or None."""
+    v = args.get(key, "").strip().lower()
+    return True if v == "true" else False if v == "false" else None
+
+
+def run_dtype(run_config):
+    """(dtype name, None) the run scored in: results' model_dtype ("torch.bfloat16"), else model_args' dtype; or
+    (None, why not)."""
+    rec = run_config.get("model_dtype")
+    name = rec[len("torch."):] if isinstance(rec, str) and rec.startswith("torch.") else None
+    if name is None and not rec:
+        name = model_args(run_config).get("dtype")
+    if name in forward.TORCH_DTYPES:
+        return name, None
+    return None, (f"the run's model_dtype is {rec!r} (model_args dtype {model_args(run_config).get('dtype')!r}); the "
+                  f"forward level re-scores {', '.join(forward.TORCH_DTYPES)}")
+
+
+def run_device_kind(run_config, top):
+    """'cpu', 'cuda', ... the run's model ran on (config.device, else model_args device, else 'cpu' when its
+    environment says CUDA was unavailable: HFLM then falls back to cpu), or None when unknown."""
+    dev = run_config.get("device") or model_args(run_config).get("device")
+    if isinstance(dev, str) and dev:
+        return dev.split(":")[0]
+    env = top.get("pretty_env_info")
+    if isinstance(env, str) and "Is CUDA available: False" in env[:20000]:
+        return "cpu"
+    return None
+
+
+def run_batch_size(run_config):
+    """The run's fixed batch size (config.batch_size: an int, or the CLI's digit string), or None ("auto", none)."""
+    bs = run_config.get("batch_size")
+    if isinstance(bs, bool):
+        return None
+    if isinstance(bs, str) and bs.strip().isdigit():
+        bs = int(bs)
+    return bs if isinstance(bs, int) and 1 <= bs <= 1 << 20 else None
+
+
+def check_device(device):
+    """Refuse (Unreadable: one line, exit 2) a --device this machine does not have."""
+    if device in (None, "cpu"):
+        return
+    import torch
+    if not device.startswith("cuda"):
+        raise Unreadable(f"--device {device}: the forward level runs on cpu or cuda")
+    if not torch.cuda.is_available():
+        raise Unreadable(f"--device {device}: torch {torch.__version__} sees no CUDA device on this machine; "
+                         "run without --device (cpu)")
+
+
+def choose_mode(t, top, device, sample_n):
+    """(batch size, why) — lm-eval's batches at the run's batch size when they can be reproduced (module
+    docstring), else (None, the reason: one unpadded sequence per pass)."""
+    args = model_args(t.run_config)
+    bs, kind = run_batch_size(t.run_config), run_device_kind(t.run_config, top)
+    if sample_n is not None:
+        return None, "--sample re-scores part of the run, whose batches held all of it"
+    if top.get("lm_eval_version") != BATCHES_OF:
+        return None, f"lm-eval's batches are reproduced for {BATCHES_OF} only (the run: {top.get('lm_eval_version')!r})"
+    if bs is None:
+        return None, f"the run records no fixed batch size (config.batch_size {t.run_config.get('batch_size')!r})"
+    if kind != device.split(":")[0]:
+        return None, f"the run ran on {kind or 'an unrecorded device'}, the audit on {device}"
+    if args.get("attn_implementation") != "eager":
+        return None, (f"the run's attention is {args.get('attn_implementation') or 'transformers default (sdpa)'}, "
+                      "the audit's passes are eager")
+    if args.get("mixed_precision_dtype"):
+        return None, f"the run used autocast (mixed_precision_dtype={args['mixed_precision_dtype']})"
+    return bs, None
+
+
+# ---- token boundaries (identity level) ---------------------------------------------------------------------------
+
+def encoder(tok, run_config, top):
+    """encode(text, special=None) -> ids as HFLM.tok_encode does for this run (module docstring); encode.prefix_id:
+    HFLM.prefix_token_id (model_args prefix_token_id, else the bos token's id, else the eos token's:
+    lm_eval/models/huggingface.py:449-455), the context of an empty-context request."""
+    args = model_args(run_config)
+    add_bos = flag(args, "add_bos_token")
+    prefix = next((rec[0] for rec in (top.get("tokenizer_bos_token"), top.get("tokenizer_eos_token"))
+                   if isinstance(rec, list) and len(rec) == 2 and isinstance(rec[0], str)), None)
+
+    def encode(text, special=None):
+        if special is None:
+            special = add_bos if add_bos is not None else not (prefix is not None and text.startswith(prefix))
+        return tok.encode(text, add_special_tokens=special).ids
+    custom = args.get("prefix_token_id", "")
+    encode.prefix_id = int(custom) if custom.isdigit() else tok.token_to_id(prefix) if prefix is not None else None
+    return encode
+
+
+def empty_context_pair(encode, continuation):
+    """lm-eval 0.4.9.2 api/model.py:436-446: an empty context is the prefix token, unless the continuation's
+    tokens (no special tokens) already start with it, which then becomes the context."""
+    k = encode(continuation, False)
+    if k and k[0] == encode.prefix_id:
+        return k[:1], k[1:]
+    return [encode.prefix_id], k
+
+
+def encode_pair(encode, context, continuation):
     n = len(context) - len(context.rstrip())
     if n:
         context, continuation = context[:-n], context[-n:] + continuation
-    whole = tok.encode(context + continuation, add_special_tokens=add_bos).ids
-    ctx = tok.encode(context, add_special_tokens=add_bos).ids
+    whole, ctx = encode(context + continuation), encode(context)
     return ctx, whole[len(ctx):], whole[:len(ctx)] == ctx
 
 
@@ -38,6 +187,27 @@ def special_tokens(bad, tok, top):
         rec = top.get(key)
         if isinstance(rec, list) and len(rec) == 2 and isinstance(rec[0], str):
             expect(bad, "results", key, rec[1], str(tok.token_to_id(rec[0])), "id of that token in --model's tokenizer")
+
+
+def task_ids(samples, encode):
+    """{(doc_id, request index): (context ids, continuation ids)} of one task's samples (untruncated), the
+    problems, and how many contexts were not a token prefix of context + continuation."""
+    bad, out, not_prefix = [], {}, 0
+    for s in samples:
+        for i, (ctx, cont) in enumerate(s.requests):
+            if (s.doc_id, i) in out:        # the same document logged under another filter
+                continue
+            if not ctx and encode.prefix_id is None:
+                bad.append(f"{s.where} arguments.gen_args_{i}: empty context, and the results name no bos or eos "
+                           "token to score it after")
+                continue
+            c_ids, k_ids, prefix = encode_pair(encode, ctx, cont) if ctx else empty_context_pair(encode, cont) + (True,)
+            not_prefix += not prefix
+            if not k_ids:
+                bad.append(f"{s.where} arguments.gen_args_{i}.arg_1: {cont!r} tokenises to no token")
+                continue
+            out[(s.doc_id, i)] = (c_ids, k_ids)
+    return out, bad, not_prefix
 
 
 def boundary_rows(C, t, model_dir, top):
@@ -53,23 +223,10 @@ def boundary_rows(C, t, model_dir, top):
         C.skip(t.label, IDENTITY, BOUNDARIES, f"needs --model DIR with tokenizer.json (found {tok_path})")
         return None
     tok = tokens.load_tokenizer(tok_path)
-    add_bos = "add_bos_token=True" in str(t.run_config.get("model_args"))
-    max_len = top.get("max_length") if isinstance(top.get("max_length"), int) else None
-    bad, out, not_prefix = [], {}, 0
+    bad = []
     special_tokens(bad, tok, top)
-    for s in t.samples:
-        for i, (ctx, cont) in enumerate(s.requests):
-            if not ctx:
-                bad.append(f"{s.where} arguments.gen_args_{i}: empty context (scored after the eot token): not "
-                           "implemented here")
-                continue
-            c_ids, k_ids, prefix = encode_pair(tok, ctx, cont, add_bos)
-            not_prefix += not prefix
-            if not k_ids:
-                bad.append(f"{s.where} arguments.gen_args_{i}.arg_1: {cont!r} tokenises to no token")
-            if max_len and len(c_ids) + len(k_ids) > max_len + 1:
-                c_ids = (c_ids + k_ids)[-(max_len + 1):][:-len(k_ids)]     # HFLM's left truncation
-            out[(s.doc_id, i)] = (c_ids, k_ids)
+    out, more, not_prefix = task_ids(t.samples, encoder(tok, t.run_config, top))
+    bad += more
     C.add(t.label, IDENTITY, BOUNDARIES, len(out), bad,
           note=f"{tok_path}; {not_prefix} requests whose context tokens are not a prefix of context+continuation")
     return None if bad else out
@@ -90,72 +247,241 @@ def chosen(t, n):
     return out
 
 
-def model_row(C, t, model_dir, top):
-    """Row "model (parameters == results' model_num_parameters)"; the loaded Llama or None (SKIPPED rows)."""
+# ---- lm-eval's batches ---------------------------------------------------------------------------------------------
+
+def lm_eval_groups(requests, group=True):
+    """lm-eval's order of one loglikelihood call over `requests` [(context ids, continuation ids)]: a list of
+    (representative, [members]) request indices, in the order HFLM runs them (module docstring)."""
+    groups = {}
+    for n, (c, k) in enumerate(requests):
+        groups.setdefault(tuple(c + k[:-1]) if group else n, []).append(n)
+    reps = [(max(m, key=lambda n: len(requests[n][1])), m) for m in groups.values()]    # max: the first longest
+    full = lambda n: requests[n][0] + requests[n][1]                                    # noqa: E731
+    return sorted(reps, key=lambda rm: (-len(full(rm[0])), tuple(full(rm[0]))))
+
+
+def score_requests(logits, requests, batch_size, max_length=None, group=True, softmax_dtype=None, device="cpu"):
+    """[(score, is_greedy)] per request, computed as HFLM computes them in its batches of batch_size (1: one
+    unpadded sequence per pass); `logits(ids)` is a forward.Scorer's, ids a right-padded LongTensor [B, T]."""
+    import torch
+    import torch.nn.functional as F
+
+    order = lm_eval_groups(requests, group)
+    out = [None] * len(requests)
+    with torch.no_grad():
+        for lo in range(0, len(order), batch_size):
+            chunk = order[lo:lo + batch_size]
+            rows = []
+            for rep, _ in chunk:
+                whole = requests[rep][0] + requests[rep][1]
+                rows.append((whole[-(max_length + 1):] if max_length else whole)[:-1])
+            ids = torch.zeros((len(rows), max(map(len, rows))), dtype=torch.long)
+            for i, r in enumerate(rows):
+                ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+            lp = F.log_softmax(logits(ids.to(device)), dim=-1, dtype=softmax_dtype)
+            for i, (rep, members) in enumerate(chunk):
+                inplen, contlen = len(rows[i]), len(requests[rep][1])
+                sel = lp[i, inplen - contlen:inplen].unsqueeze(0)                     # [1, contlen, vocab]
+                greedy_tokens = sel.argmax(dim=-1)
+                for n in members:
+                    cont = torch.tensor(requests[n][1], dtype=torch.long, device=sel.device).unsqueeze(0)
+                    greedy = bool((greedy_tokens[:, -cont.shape[1]:] == cont).all())
+                    out[n] = (float(torch.gather(sel, 2, cont.unsqueeze(-1)).squeeze(-1).sum()), greedy)
+            del lp
+    return out
+
+
+# ---- the forward level ---------------------------------------------------------------------------------------------
+
+def safetensors_parameters(path):
+    """The number of values in a safetensors file, from its header alone (what lm-eval's model_num_parameters
+    counts when the file holds parameters only, tied weights once)."""
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > MAX_HEADER:
+                raise Unreadable(f"{path}: safetensors header of {n} bytes (over {MAX_HEADER}): refused")
+            header = json.loads(f.read(n))
+        return sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    except (struct.error, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise Unreadable(f"{path}: not a readable safetensors header ({type(e).__name__})") from None
+
+
+def run_tasks(t, top):
+    """[(task name, samples)] of every loglikelihood task of t's run (one lm-eval call scored them together), or
+    (None, why) when one cannot be read."""
+    m = SAMPLES_RE.fullmatch(Path(t.path).name)
+    out = []
+    for name, cfg in sorted(top.get("configs", {}).items()):
+        if not isinstance(cfg, dict) or cfg.get("output_type") not in LOGLIKELIHOOD:
+            continue
+        if name == t.name:
+            out.append((name, t.samples))
+            continue
+        path = Path(t.path).parent / f"samples_{name}_{m.group(2)}.jsonl" if m else None
+        if path is None or not path.is_file():
+            return None, f"task {name} of the same run has no samples file beside {Path(t.path).name}"
+        out.append((name, fmt.read_samples(path, t.release, cfg)[0]))
+    return out, None
+
+
+def scorer_for(model_dir, dtype, device):
+    """forward.load_scorer on cpu; on cuda transformers' class on that device (the own Llama pass is cpu only)."""
+    if device == "cpu":
+        return forward.load_scorer(model_dir, dtype)
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype), attn_implementation="eager",
+                                                 use_safetensors=True, trust_remote_code=False,
+                                                 local_files_only=True).to(device).train(False)
+    return forward.Scorer(f"transformers' {type(model).__name__} on {device}, not the audit's own", dtype,
+                          lambda ids: model(ids).logits), None
+
+
+def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok):
+    """{(task, doc_id, request): (score, greedy)}: in lm-eval's batches, every loglikelihood request of the run
+    (cached per run: the other tasks read it back); one unpadded sequence per pass, t's kept documents only.
+    Returns (scores, scorer label, why not)."""
+    import torch
+
+    args = model_args(t.run_config)
+    key = (id(top), str(model_dir), dtype, batch_size, device, None if batch_size else (t.name, frozenset(keep)))
+    if key in _RUNS:
+        return _RUNS[key][1], _RUNS[key][2], None
+    scorer, why = scorer_for(model_dir, dtype, device)
+    if scorer is None:
+        return None, None, why
+    tasks, why = run_tasks(t, top) if batch_size else ([(t.name, t.samples)], None)
+    if tasks is None:
+        return None, None, why
+    encode = encoder(tok, t.run_config, top)
+    requests, names = [], []
+    for name, samples in tasks:
+        ids, bad, _ = task_ids(samples, encode)
+        if bad:
+            return None, None, f"task {name}: {bad[0]}"
+        for (doc, i), pair in sorted(ids.items()):
+            if batch_size or doc in keep:
+                requests.append(pair)
+                names.append((name, doc, i))
+    max_len = top.get("max_length") if isinstance(top.get("max_length"), int) else None
+    sdt = getattr(torch, args.get("softmax_dtype", "").replace("torch.", ""), None)    # HFLM's softmax_dtype
+    got = score_requests(scorer.logits, requests, batch_size or 1, max_len, flag(args, "logits_cache") is not False,
+                         sdt if isinstance(sdt, torch.dtype) else None, device)
+    _RUNS[key] = (top, dict(zip(names, got)), scorer.label)
+    return _RUNS[key][1], scorer.label, None
+
+
+def model_row(C, t, model_dir):
+    """Row "model (parameters == results' model_num_parameters)"; False after a SKIPPED row."""
     st = Path(model_dir) / "model.safetensors" if model_dir else None
     if st is None or not st.exists():
-        C.skip(t.label, FORWARD, "loglikelihoods re-scored", f"needs --model DIR with model.safetensors (found {st})")
-        return None
-    dtype = t.run_config.get("model_dtype")
-    if dtype not in (None, "torch.float32"):
-        C.skip(t.label, FORWARD, "loglikelihoods re-scored",
-               f"the run's model_dtype is {dtype}: the audit's forward pass is float32 and its 1e-4 tolerance does not "
-               "cover that rounding (run lm-eval with dtype=float32)")
-        return None
+        C.skip(t.label, FORWARD, RESCORED, f"needs --model DIR with model.safetensors (found {st})")
+        return False
     check_model_dir(model_dir)
-    forward.use_threads(C.options.threads)
-    model, why = forward.load_llama(model_dir)
-    if model is None:
-        C.skip(t.label, FORWARD, "loglikelihoods re-scored", why)
-        return None
     bad = []
-    n_params = sum(w.numel() for k, w in model[2].items())
-    expect(bad, "results", "config.model_num_parameters", t.run_config.get("model_num_parameters"), n_params,
-           f"parameters in {st}")
+    expect(bad, "results", "config.model_num_parameters", t.run_config.get("model_num_parameters"),
+           safetensors_parameters(st), f"values in {st}")
     C.add(t.label, FORWARD, "model (parameters == results' model_num_parameters)", 1, bad)
-    return model
+    return True
 
 
-def forward_rows(C, t, model_dir, top, ids, sample_n):
-    """Rows "loglikelihoods re-scored" and "is_greedy / argmax re-derived": max abs diff, argmax changes, the
-    documents whose values moved. Returns the figures for audit.json, or None."""
+def predictions(t, lls):
+    """What a document's predictions are computed from: the argmax of its loglikelihoods (first index wins); with
+    acc_mutual_info (k conditional requests, then the k unconditional ones) the argmax of the conditional half and
+    of conditional - unconditional."""
+    k = len(lls) // 2
+    if "acc_mutual_info" in t.metric_entries() and len(lls) % 2 == 0:
+        return argmax_first(lls[:k]), argmax_first([lls[i] - lls[k + i] for i in range(k)])
+    return argmax_first(lls)
+
+
+def compare(t, keep, scores, dtype, tol):
+    """Every kept sample's logged (loglikelihood, is_greedy) against `scores`: the figures and the failures."""
+    diffs, moved, bad, bad_argmax, bad_greedy = [], set(), [], [], []
+    argmax_flips, greedy_flips, seen = [], [], set()
+    for s in t.samples:
+        if s.doc_id not in keep or s.doc_id in seen:
+            continue
+        seen.add(s.doc_id)
+        logged = [fmt.loglikelihood(t.path, s, v, f"resps[{i}][0]") for i, v in enumerate(x[0] for x in s.raw["resps"])]
+        new = [scores[(t.name, s.doc_id, i)] for i in range(len(s.requests))]
+        for i, ((ll, greedy), (score, greedy_new)) in enumerate(zip(logged, new)):
+            d = abs(score - ll)
+            diffs.append(d)
+            if not d <= tol:
+                moved.add(s.doc_id)
+                bad.append(f"{s.where} resps[{i}]: logged {ll!r}, recomputed {score!r} (|diff| {d:.3g} > "
+                           f"{tol:g}, {dtype})" if tol else f"{s.where} resps[{i}]: logged {ll!r}, recomputed "
+                           f"{score!r} in lm-eval's batches (|diff| {d:.3g}; equality expected, {dtype})")
+            if greedy != greedy_new:
+                greedy_flips.append(s.doc_id)
+                bad_greedy.append(f"{s.where} resps[{i}] is_greedy: logged {greedy}, recomputed {greedy_new} "
+                                  f"({dtype}, |diff| {d:.3g})")
+        a, b = predictions(t, [ll for ll, _ in logged]), predictions(t, [sc for sc, _ in new])
+        if a != b:
+            argmax_flips.append(s.doc_id)
+            bad_argmax.append(f"{s.where}: argmax of the logged loglikelihoods {a}, of the recomputed {dtype} ones "
+                              f"{b} (a flipped prediction)")
+    return {"spread": forward.spread(diffs), "n": len(diffs), "moved": sorted(moved), "argmax_flips": argmax_flips,
+            "is_greedy_flips": sorted(set(greedy_flips))}, bad, bad_argmax, bad_greedy
+
+
+def forward_rows(C, t, model_dir, top, ids, sample_n, device=None):
+    """Rows RESCORED, ARGMAX, GREEDY (and the model row): the spread of |logged - recomputed|, the documents past
+    the tolerance (equality in lm-eval's batches), argmax and is_greedy flips; for bfloat16 / float16 the float32
+    figures beside them. Returns the figures for audit.json, or None."""
+    device = device or getattr(C.options, "device", None) or "cpu"
     if t.output_type not in LOGLIKELIHOOD:
-        C.skip(t.label, FORWARD, "loglikelihoods re-scored", f"output_type {t.output_type}: generations are not re-run "
-                                                             "(only loglikelihood requests are)", requested=False)
+        C.skip(t.label, FORWARD, RESCORED, f"output_type {t.output_type}: generations are not re-run "
+                                           "(only loglikelihood requests are)", requested=False)
         return None
     if ids is None:
-        C.skip(t.label, FORWARD, "loglikelihoods re-scored", "needs the identity level's token boundaries (--model DIR "
-                                                             "with its tokenizer), which were unavailable or failed")
+        C.skip(t.label, FORWARD, RESCORED, "needs the identity level's token boundaries (--model DIR with its "
+                                           "tokenizer), which were unavailable or failed")
         return None
-    model = model_row(C, t, model_dir, top)
-    if model is None:
+    dtype, why = run_dtype(t.run_config)
+    if dtype is None:
+        C.skip(t.label, FORWARD, RESCORED, why)
         return None
+    check_device(device)
+    if not model_row(C, t, model_dir):
+        return None
+    forward.use_threads(C.options.threads)
     keep, t0 = chosen(t, sample_n), time.perf_counter()
-    bad, bad_argmax, moved, worst, n = [], [], set(), 0.0, 0
-    scored = {}
-    for s in t.samples:
-        if s.doc_id not in keep:
-            continue
-        logged = [fmt.loglikelihood(t.path, s, v, f"resps[{i}][0]") for i, v in enumerate(x[0] for x in s.raw["resps"])]
-        new = []
-        for i in range(len(s.requests)):
-            if (s.doc_id, i) not in scored:
-                scored[(s.doc_id, i)] = forward.candidate_scores(model, ids[(s.doc_id, i)][0], [ids[(s.doc_id, i)][1]])
-            (score,), (greedy,) = scored[(s.doc_id, i)]
-            new.append(score)
-            d = abs(score - logged[i][0])
-            worst, n = max(worst, d), n + 1
-            if not d <= forward.FORWARD_TOL:
-                moved.add(s.doc_id)
-                bad.append(f"{s.where} resps[{i}]: logged {logged[i][0]!r}, recomputed {score!r} (|diff| {d:.3g} > "
-                           f"{forward.FORWARD_TOL:g})")
-            expect(bad, s.where, f"resps[{i}] is_greedy", logged[i][1], greedy, "argmax at every continuation token")
-        expect(bad_argmax, s.where, "argmax of the loglikelihoods", argmax_first([ll for ll, _ in logged]),
-               argmax_first(new), "the prediction acc is computed from")
+    bs, why_not = choose_mode(t, top, device, sample_n)
+    tok = tokens.load_tokenizer(Path(model_dir) / "tokenizer.json")
+    scores, label, why = rescored(t, top, model_dir, dtype, bs, device, keep, tok)
+    if scores is None and bs:
+        bs, why_not = None, why
+        scores, label, why = rescored(t, top, model_dir, dtype, None, device, keep, tok)
+    if scores is None:
+        C.skip(t.label, FORWARD, RESCORED, why)
+        return None
+    mode = f"lm-eval's batches of {bs} (the same tensors), equality expected" if bs else \
+        f"one unpadded sequence per pass, tolerance {forward.TOLERANCE[dtype]:g} ({why_not})"
+    tol = 0.0 if bs else forward.TOLERANCE[dtype]
+    fig, bad, bad_argmax, bad_greedy = compare(t, keep, scores, dtype, tol)
     what = f"a sample: {len(keep)} of {len({s.doc_id for s in t.samples})} documents (--sample {sample_n}, " \
            f"sha256({SAMPLE_SALT}:task:doc_id) order)" if sample_n is not None else "every request"
-    C.add(t.label, FORWARD, "loglikelihoods re-scored (own float32 Llama forward)", n, bad,
-          note=f"max |recomputed - logged| = {worst:.3g} over {what}; documents moved: {sorted(moved)}")
-    C.add(t.label, FORWARD, "argmax changes (the prediction) after re-scoring", len(keep), bad_argmax)
-    return {"max_abs_diff": worst, "requests": n, "documents": len(keep), "sample": sample_n, "salt": SAMPLE_SALT,
-            "moved": sorted(moved), "tolerance": forward.FORWARD_TOL, "seconds": round(time.perf_counter() - t0, 2)}
+    note = (f"{dtype}, {label}, {mode}; |recomputed - logged| {forward.spread_text(fig['spread'])} over {what}; "
+            f"documents past it: {fig['moved']}")
+    figures = {"dtype": dtype, "implementation": label, "mode": mode, "batch_size": bs, "tolerance": tol,
+               "max_abs_diff": fig["spread"]["max"], "spread": fig["spread"], "requests": fig["n"],
+               "documents": len(keep), "sample": sample_n, "salt": SAMPLE_SALT, "moved": fig["moved"],
+               "argmax_flips": fig["argmax_flips"], "is_greedy_flips": fig["is_greedy_flips"], "device": device}
+    if dtype != "float32":
+        s32, label32, why32 = rescored(t, top, model_dir, "float32", bs, device, keep, tok)
+        if s32 is None:
+            note += f"; float32 beside it: not run ({why32})"
+        else:
+            f32 = compare(t, keep, s32, "float32", math.inf)[0]
+            figures["float32_beside"] = {"implementation": label32, **f32}
+            note += (f"; float32 beside it (a figure, not a check): |float32 - logged| "
+                     f"{forward.spread_text(f32['spread'])}, argmax flips {len(f32['argmax_flips'])}, "
+                     f"is_greedy flips {len(f32['is_greedy_flips'])}")
+    C.add(t.label, FORWARD, RESCORED, fig["n"], bad, note=note)
+    for check, n, failed in ((ARGMAX, len(keep), bad_argmax), (GREEDY, fig["n"], bad_greedy)):
+        C.add(t.label, FORWARD, check, n, failed, note=f"{len(failed)} flip(s) against the {dtype} re-score")
+    figures["seconds"] = round(time.perf_counter() - t0, 2)
+    return figures

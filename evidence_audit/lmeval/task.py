@@ -3,6 +3,7 @@ and what follows from the config alone (metrics and their aggregation, filters, 
 from dataclasses import dataclass
 
 from evidence_audit.lmeval.metrics import DEFAULT_AGGREGATION
+from evidence_audit.lmeval.versions import KNOWN_VERSIONS
 
 # Documents that are parts of a multi-document group (MC-TACO: one document per candidate answer of a question):
 # a task whose docs carry all of these fields is grouped by (sentence, question).
@@ -23,6 +24,12 @@ class TaskRun:
     samples: list       # [fmt.Sample] in file order
     path: object        # the samples file
     selection: list = None      # the doc ids the user passed to lm-eval's --samples for this task (audit.py --samples)
+    release: object = None      # fmt.Release: the lm-eval release(s) the files were read as, with their facts
+    extras: dict = None         # results.<task>'s non-metric keys besides alias (0.4.12 on: name, sample_len)
+
+    def fact(self, key):
+        """A versions.KNOWN_VERSIONS fact of the release that wrote this task's files (0.4.9.2's without one)."""
+        return KNOWN_VERSIONS["0.4.9.2"][key] if self.release is None else self.release.fact(key)
 
     @property
     def output_type(self):

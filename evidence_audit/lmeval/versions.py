@@ -1,7 +1,8 @@
 """What differs, between lm-eval releases 0.4.5 and 0.4.13, in the files `lm_eval ... --log_samples --output_path`
 writes, read from each release's own source (the PyPI wheel `lm_eval-<version>-py3-none-any.whl`).
 
-Plain data, standard library only; nothing here is wired into the audit yet (fmt.py reads 0.4.9.2 alone).
+Plain data, standard library only. The audit reads the output of exactly these releases: fmt.py tells which one
+wrote a run and refuses any other; the checks that depend on a fact read it from here (fmt, docs, persample).
 `KNOWN_VERSIONS[version]` holds the facts a reader of that release's output depends on, and `where`: for each fact,
 the file (under `lm_eval/` of that release) and the lines where the release does it. The facts:
 
@@ -32,8 +33,9 @@ the file (under `lm_eval/` of that release) and the lines where the release does
   samples_doc_id        with --samples, the logged doc_id: "position" = samples[k] for the k-th document in dataset
                         order, so an unsorted list labels documents with other documents' ids
   n_samples_effective   "limit": n-samples.<task>.effective = min(limit or all, all), whatever --samples selected;
-                        "scored": the number of values of the task's metrics (0.4.12: the last metric's count; 0.4.13:
-                        the largest), i.e. the documents scored, a --samples selection included
+                        "scored-last" (0.4.12) / "scored-max" (0.4.13): the number of values of the task's metrics
+                        (the last (metric, filter) aggregated / the largest count), i.e. the documents scored, a
+                        --samples selection included
   stderr                "N/A" for a metric with one value or without a closed-form or bootstrap stderr
 
 The tests (tests/test_lmeval_versions.py) check these claims against real output of every release, made by
@@ -293,7 +295,7 @@ KNOWN_VERSIONS = {
     "0.4.12": _version(
         lm_eval_version_key=True, results_keys=RESULTS_KEYS_0_4_10, json_output_path=True,
         unnamed_model_dir="random", sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=True, mutual_info="appended",
-        samples_option=True, samples_doc_id="position", n_samples_effective="scored",
+        samples_option=True, samples_doc_id="position", n_samples_effective="scored-last",
         task_result_keys=("name", "alias", "sample_len"),
         where={
             "lm_eval_version_key": "loggers/utils.py:97-128",
@@ -302,7 +304,7 @@ KNOWN_VERSIONS = {
                             "result_schema.py",
             "results_name": "loggers/evaluation_tracker.py:269-279",
             "json_output_path": "loggers/evaluation_tracker.py:271-275, loggers/evaluation_tracker.py:337-341",
-            "unnamed_model_dir": "loggers/evaluation_tracker.py:105-108",
+            "unnamed_model_dir": "loggers/evaluation_tracker.py:105-108, utils.py:917-922",
             "task_result_keys": "evaluator_utils.py:254-258",
             "samples_name": "loggers/evaluation_tracker.py:336-347",
             "sample_keys": "evaluator.py:640-661",
@@ -321,7 +323,7 @@ KNOWN_VERSIONS = {
     "0.4.13": _version(
         lm_eval_version_key=True, results_keys=RESULTS_KEYS_0_4_10, json_output_path=True,
         unnamed_model_dir="random", sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=True, mutual_info="appended",
-        samples_option=True, samples_doc_id="position", n_samples_effective="scored",
+        samples_option=True, samples_doc_id="position", n_samples_effective="scored-max",
         task_result_keys=("name", "alias", "sample_len"),
         where={
             "lm_eval_version_key": "loggers/utils.py:101-132",
@@ -330,7 +332,7 @@ KNOWN_VERSIONS = {
                             "result_schema.py",
             "results_name": "loggers/evaluation_tracker.py:269-279",
             "json_output_path": "loggers/evaluation_tracker.py:271-275, loggers/evaluation_tracker.py:337-341",
-            "unnamed_model_dir": "loggers/evaluation_tracker.py:105-108",
+            "unnamed_model_dir": "loggers/evaluation_tracker.py:105-108, utils.py:922-927",
             "task_result_keys": "evaluator_utils.py:280-284",
             "samples_name": "loggers/evaluation_tracker.py:336-347",
             "sample_keys": "evaluator.py:644-665",
@@ -346,4 +348,24 @@ KNOWN_VERSIONS = {
             "n_samples_effective": "evaluator_utils.py:189-245, evaluator_utils.py:292-296",
             "stderr": "evaluator_utils.py:215-225",
         }),
+}
+
+# The target_delimiter a multiple_choice continuation starts with when the run applied a chat template (the results'
+# chat_template not null: construct_requests gets apply_chat_template): "config" = the config's target_delimiter
+# (the release ignores the flag there), "empty" = "", "empty-unless-gen-prefix" = the config's when the config's
+# gen_prefix is set and does not end with whitespace, else "". The unconditional requests of acc_mutual_info use the
+# same delimiter in the "appended" releases. A table beside KNOWN_VERSIONS, not a fact in it: SOURCE_MAP.md's
+# generated section (tests/test_lmeval_versions.py source_map_section) lists every fact of KNOWN_VERSIONS and is not
+# this module's file to change; fold it in when that section is regenerated.
+CHAT_DELIMITER = {
+    "0.4.5": ("config", "api/task.py:1301-1321"),
+    "0.4.7": ("empty", "api/task.py:1315-1317"),
+    "0.4.8": ("empty", "api/task.py:1372-1374"),
+    "0.4.9": ("empty", "api/task.py:1452-1454"),
+    "0.4.9.1": ("empty", "api/task.py:1458-1460"),
+    "0.4.9.2": ("empty", "api/task.py:1459-1461"),
+    "0.4.10": ("empty-unless-gen-prefix", "api/task.py:1371-1378, api/utils.py:27-29"),
+    "0.4.11": ("empty-unless-gen-prefix", "api/task.py:1371-1378, api/utils.py:27-29"),
+    "0.4.12": ("empty-unless-gen-prefix", "api/task.py:1376-1383, api/utils.py:27-29"),
+    "0.4.13": ("empty-unless-gen-prefix", "api/task.py:1376-1383, api/utils.py:27-29"),
 }
