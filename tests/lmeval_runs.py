@@ -10,7 +10,9 @@ sst2_fs, the sst2 YAML two-shot with a description (few-shot examples from a ser
 sst2_gen, a generate_until task written here (regex +
 take_first and lowercase + remove_whitespace + take_first filters, exact_match with ignore_case and
 ignore_punctuation)."""
+import json
 import os
+import shutil
 from pathlib import Path
 
 from experiments import official
@@ -130,3 +132,22 @@ def lm_eval_run(lm, model_dir, out, tasks, limit=None, samples=None, system_inst
     for task_name in results["configs"]:
         tracker.save_results_samples(task_name=task_name, samples=logged[task_name])
     return Path(out)
+
+
+def tampered(run, tmp_path, task, edit_samples=None, edit_results=None):
+    """A copy of lm-eval output `run` with the samples of `task` (list of dicts, in file order) and/or the results
+    dict edited in place by the given functions, written back as lm-eval writes them."""
+    copy = tmp_path / "tampered"
+    shutil.copytree(run, copy)
+    sub = next(p for p in copy.iterdir() if p.is_dir())
+    if edit_samples:
+        path = next(sub.glob(f"samples_{task}_2*.jsonl"))
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        edit_samples(rows)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    if edit_results:
+        path = next(sub.glob("results_*.json"))
+        r = json.loads(path.read_text(encoding="utf-8"))
+        edit_results(r)
+        path.write_text(json.dumps(r, indent=2, ensure_ascii=False), encoding="utf-8")
+    return copy

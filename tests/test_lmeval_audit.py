@@ -11,6 +11,7 @@ import statistics
 import pytest
 
 from conftest import run_cli
+from lmeval_runs import tampered
 from evidence_audit.cli import main
 from evidence_audit.lmeval import metrics
 from evidence_audit.lmeval.docs import doc_hash
@@ -423,24 +424,6 @@ def all_levels(tmp_path, run, model_dir, data, *more):
 
 def levels_failed(report):
     return {r["level"] for r in report["checks"] if r["status"] == "FAIL"}
-
-
-def tampered(run, tmp_path, task, edit_samples=None, edit_results=None):
-    """A copy of `run` with the samples of `task` (list of dicts, in file order) and/or the results dict edited."""
-    copy = tmp_path / "tampered"
-    shutil.copytree(run, copy)
-    sub = next(p for p in copy.iterdir() if p.is_dir())
-    if edit_samples:
-        path = next(sub.glob(f"samples_{task}_2*.jsonl"))
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-        edit_samples(rows)
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    if edit_results:
-        path = next(sub.glob("results_*.json"))
-        r = json.loads(path.read_text(encoding="utf-8"))
-        edit_results(r)
-        path.write_text(json.dumps(r, indent=2, ensure_ascii=False), encoding="utf-8")
-    return copy
 
 
 def every_requested_check_passes(code, report):

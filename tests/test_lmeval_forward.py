@@ -15,6 +15,7 @@ import shutil
 import pytest
 
 from conftest import REPO
+from lmeval_runs import tampered
 from evidence_audit.cli import main
 from evidence_audit.lmeval import rescore
 from evidence_audit.reading import Unreadable
@@ -128,24 +129,6 @@ def rows(report, task="sst2"):
     return {r["check"]: r for r in report["checks"] if r["level"] == "forward" and r["experiment"] == task}
 
 
-def edited(run, tmp_path, task, edit_samples=None, edit_results=None):
-    """A copy of `run` with the samples of `task` (list of dicts) and/or the results dict edited."""
-    copy = tmp_path / "edited"
-    shutil.copytree(run, copy)
-    sub = next(p for p in copy.iterdir() if p.is_dir())
-    if edit_samples:
-        path = next(sub.glob(f"samples_{task}_2*.jsonl"))
-        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-        edit_samples(lines)
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines), encoding="utf-8")
-    if edit_results:
-        path = next(sub.glob("results_*.json"))
-        r = json.loads(path.read_text(encoding="utf-8"))
-        edit_results(r)
-        path.write_text(json.dumps(r, indent=2, ensure_ascii=False), encoding="utf-8")
-    return copy
-
-
 FORWARD_ROWS = (rescore.RESCORED, rescore.ARGMAX, rescore.GREEDY)
 
 
@@ -199,15 +182,15 @@ def test_a_forged_score_fails_naming_the_document_in_both_modes(parquet, tmp_pat
             lines[3]["resps"][1][0][0] = lines[3]["filtered_resps"][1][0] = repr(ll + by)
         return edit
     # in lm-eval's batches any change fails: the smallest step bfloat16 could take near the score
-    code, report = audit(tmp_path, edited(run, tmp_path, "sst2", nudge(1 / 64)), model, "--task", "sst2")
+    code, report = audit(tmp_path, tampered(run, tmp_path, "sst2", nudge(1 / 64)), model, "--task", "sst2")
     bad = rows(report)[rescore.RESCORED]
     assert code == 1 and bad["status"] == "FAIL" and bad["first_failure"].startswith("doc_id 3 (line 4")
     assert "equality expected" in bad["first_failure"]
     assert report["details"]["sst2"]["forward"]["moved"] == [3]
     # one unpadded sequence per pass (--sample covers every document but cannot use the run's batches)
-    shutil.rmtree(tmp_path / "edited")
+    shutil.rmtree(tmp_path / "tampered")
     tol = rescore.forward.TOLERANCE["bfloat16"]
-    code, report = audit(tmp_path, edited(run, tmp_path, "sst2", nudge(-(tol + 0.25))), model, "--task", "sst2",
+    code, report = audit(tmp_path, tampered(run, tmp_path, "sst2", nudge(-(tol + 0.25))), model, "--task", "sst2",
                          "--sample", "100")
     fwd = rows(report)
     assert code == 1 and "one unpadded sequence per pass" in fwd[rescore.RESCORED]["note"]
@@ -231,7 +214,7 @@ def test_a_bfloat16_flip_within_the_tolerance_fails(parquet, tmp_path_factory, t
         win = max(range(2), key=lambda j: (lls[j], -j))
         new = repr(lls[1 - win] - 1 / 32)                                   # the winner now loses, by 1/32
         rows_[n]["resps"][win][0][0] = rows_[n]["filtered_resps"][win][0] = new
-    code, report = audit(tmp_path, edited(run, tmp_path, "sst2", flip), model, "--task", "sst2", "--sample", "100")
+    code, report = audit(tmp_path, tampered(run, tmp_path, "sst2", flip), model, "--task", "sst2", "--sample", "100")
     fwd = rows(report)
     doc = lines[n]["doc_id"]
     assert code == 1 and fwd[rescore.ARGMAX]["status"] == "FAIL"
@@ -246,7 +229,7 @@ def test_a_run_whose_batches_cannot_be_reproduced_says_why(parquet, tmp_path_fac
 
     def auto(r):
         r["config"]["batch_size"] = "auto"
-    code, report = audit(tmp_path, edited(run, tmp_path, "sst2", edit_results=auto), model, "--task", "sst2")
+    code, report = audit(tmp_path, tampered(run, tmp_path, "sst2", edit_results=auto), model, "--task", "sst2")
     note = rows(report)[rescore.RESCORED]["note"]
     assert code == 0 and "one unpadded sequence per pass, tolerance 0.0001" in note and "'auto'" in note
 
@@ -257,7 +240,7 @@ def test_a_dtype_the_level_cannot_re_score_is_skipped_naming_it(parquet, tmp_pat
 
     def int8(r):
         r["config"]["model_dtype"] = "torch.int8"
-    code, report = audit(tmp_path, edited(run, tmp_path, "sst2", edit_results=int8), model, "--task", "sst2",
+    code, report = audit(tmp_path, tampered(run, tmp_path, "sst2", edit_results=int8), model, "--task", "sst2",
                          "--strict")
     row = rows(report)[rescore.RESCORED]
     assert code == 1 and row["status"] == "SKIPPED" and "torch.int8" in row["note"]

@@ -65,48 +65,30 @@ DOCS = [
     {"question": "what colour is the sky at night ?", "choices": ["white", "pale green", "dark"], "label": 2,
      "answer": "dark"},
 ]
-MC_TASK = """task: versions_mc
+CHOICE_TASK = """task: {name}
 dataset_path: json
 dataset_kwargs:
   data_files:
     test: data/docs.jsonl
 test_split: test
 output_type: multiple_choice
-doc_to_text: "Q: {{question}}\\nA:"
-doc_to_choice: "{{choices}}"
-doc_to_target: "{{label}}"
+doc_to_text: "Q: {{{{question}}}}\\nA:"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{label}}}}"
 metric_list:
   - metric: acc
     aggregation: mean
     higher_is_better: true
-  - metric: acc_norm
+  - metric: {second}
     aggregation: mean
     higher_is_better: true
 metadata:
   version: 1.0
 """
+MC_TASK = CHOICE_TASK.format(name="versions_mc", second="acc_norm")
 # the same documents scored with acc_mutual_info: each document also gets one unconditional request per choice,
 # which releases to 0.4.8 read back "strided" and later ones "appended" (evidence_audit/lmeval/versions.py)
-MI_TASK = """task: versions_mi
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: data/docs.jsonl
-test_split: test
-output_type: multiple_choice
-doc_to_text: "Q: {{question}}\\nA:"
-doc_to_choice: "{{choices}}"
-doc_to_target: "{{label}}"
-metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-  - metric: acc_mutual_info
-    aggregation: mean
-    higher_is_better: true
-metadata:
-  version: 1.0
-"""
+MI_TASK = CHOICE_TASK.format(name="versions_mi", second="acc_mutual_info")
 GEN_TASK = """task: versions_gen
 dataset_path: json
 dataset_kwargs:
@@ -163,19 +145,20 @@ def has_samples_option(version):
 
 # ---- child: runs inside one version's environment ----
 
-def build_model(out):
-    """A word-level tokenizer over WORDS and a tiny random Llama (seed 0, float32), saved into `out`."""
+def build_model(out, words=WORDS):
+    """A word-level tokenizer over `words` and a tiny random Llama (seed 0, float32), saved into `out` (safetensors;
+    tools/make_lmeval_group_fixtures.py builds its model with its own words here too)."""
     import torch
     import transformers
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
                             unk_token="<unk>").save_pretrained(out)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    cfg = LlamaConfig(vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
                       pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
     model = LlamaForCausalLM(cfg)

@@ -189,20 +189,12 @@ def write_tasks(work, tasks_dir):
 
 
 def build_model(out):
-    """A word-level tokenizer over WORDS and a tiny random Llama (seed 0, float32), saved as safetensors."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    """A word-level tokenizer over WORDS and a tiny random Llama (seed 0, float32), saved as safetensors: the
+    versions fixtures' builder, with these words."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import make_lmeval_fixtures
 
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                            unk_token="<unk>").save_pretrained(out)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                      pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
-    LlamaForCausalLM(cfg).save_pretrained(out, safe_serialization=True)
+    make_lmeval_fixtures.build_model(out, WORDS)
 
 
 def overlay(root):

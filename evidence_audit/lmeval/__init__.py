@@ -20,7 +20,8 @@ Levels, as for run.py's evidence (a level that cannot run is SKIPPED with its re
               a chat run through --model's chat template; what cannot be rendered, e.g. a chat run without --model,
               FAILs as INCOMPLETE: a results file never switches a check off), question groups cut by the limit
               (--data), token boundaries (--model).
-  forward     (--forward, --model) every loglikelihood request re-scored with evidence_audit/forward.py.
+  forward     (--forward, --model) every loglikelihood request re-scored with evidence_audit/forward.py, and every
+              loglikelihood_rolling document in lm-eval's rolling windows (rescore.py).
 
 Modules: versions (what differs between releases, with each release's file:line), files (discovery), fmt (which
 release wrote the run, format check, strict reading, one view of every release), task (one task of a run), metrics

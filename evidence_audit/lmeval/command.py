@@ -14,7 +14,8 @@ from evidence_audit.reading import Unreadable, parse_strict, read_json
 
 LEVELS_SAY = ("levels: arithmetic = per-sample metrics, aggregates, groups, stderrs, hashes and doc_ids from the run "
               "alone; identity (--tokens) = each sample's doc against --data, targets and prompts (few-shot and chat "
-              "too) re-rendered, token boundaries (--model); forward (--forward) = every loglikelihood re-scored in "
+              "too) re-rendered, token boundaries (--model); forward (--forward) = every loglikelihood (and rolling "
+              "window) re-scored in "
               "the run's dtype (audit.py's own Llama, or transformers' class for other architectures), in lm-eval's "
               "batches when reproducible (--model)")
 

@@ -26,6 +26,13 @@ Two modes, named in the row:
   dtypes.md), the reason the batches could not be reproduced named in the row.
 A flipped prediction (argmax over a document's requests) or is_greedy FAILs whatever the difference.
 
+loglikelihood_rolling tasks (rolling_rows): each document's text tokenised as HFLM.tok_encode does, cut into
+lm-eval's rolling windows of the results' max_length (rolling_windows), each window re-scored as one unpadded pass
+in the run's dtype and the window scores summed as the run's Python sum() adds them, against the logged
+log-likelihood: equality when the run scored at batch size 1 (the same tensors), else forward.TOLERANCE[dtype] per
+window, the mode and its reason named in the row (lm-eval pads a run's windows in chunks of its batch size over
+every rolling request of the run: not rebuilt here).
+
 --sample N: documents ranked by sha256(f"{SAMPLE_SALT}:{task}:{doc_id}") — fixed before any score is read — taken
 in that order while their requests total at most N per task (at least one document); the report says it is a sample.
 Limits: a run made by several processes (accelerate) is re-scored as one process's batches; --device cuda runs
@@ -42,7 +49,10 @@ from evidence_audit import forward, tokens
 from evidence_audit.checks import FORWARD, IDENTITY, expect
 from evidence_audit.definitions import argmax_first
 from evidence_audit.lmeval import fmt
+from evidence_audit.lmeval.bootstrap import python_summation
 from evidence_audit.lmeval.files import SAMPLES_RE
+from evidence_audit.lmeval.fmt import ROLLING
+from evidence_audit.lmeval.metrics import builtin_sum
 from evidence_audit.lmeval.persample import LOGLIKELIHOOD
 from evidence_audit.model_files import check_model_dir
 from evidence_audit.reading import Unreadable
@@ -50,6 +60,7 @@ from evidence_audit.reading import Unreadable
 SAMPLE_SALT = "lmeval-forward-sample-v1"
 BOUNDARIES = "continuation token boundaries (model's tokenizer, lm-eval's _encode_pair)"
 RESCORED = "loglikelihoods re-scored in the run's dtype"
+ROLLING_RESCORED = "rolling loglikelihoods re-scored in the run's dtype (lm-eval's windows)"
 ARGMAX = "argmax changes (the prediction) after re-scoring"
 GREEDY = "is_greedy changes after re-scoring"
 BATCHES_OF = "0.4.9.2"          # the release whose HFLM batching score_requests reproduces
@@ -126,22 +137,29 @@ def check_device(device):
 def choose_mode(t, top, device, sample_n):
     """(batch size, why) — lm-eval's batches at the run's batch size when they can be reproduced (module
     docstring), else (None, the reason: one unpadded sequence per pass)."""
-    args = model_args(t.run_config)
-    bs, kind = run_batch_size(t.run_config), run_device_kind(t.run_config, top)
+    bs = run_batch_size(t.run_config)
     if sample_n is not None:
         return None, "--sample re-scores part of the run, whose batches held all of it"
     if top.get("lm_eval_version") != BATCHES_OF:
         return None, f"lm-eval's batches are reproduced for {BATCHES_OF} only (the run: {top.get('lm_eval_version')!r})"
     if bs is None:
         return None, f"the run records no fixed batch size (config.batch_size {t.run_config.get('batch_size')!r})"
+    why = other_tensors(t, top, device)
+    return (None, why) if why else (bs, None)
+
+
+def other_tensors(t, top, device):
+    """Why the audit's passes cannot give the run's numbers even on the run's tensors (its device kind, attention
+    implementation or autocast differ), or None."""
+    args, kind = model_args(t.run_config), run_device_kind(t.run_config, top)
     if kind != device.split(":")[0]:
-        return None, f"the run ran on {kind or 'an unrecorded device'}, the audit on {device}"
+        return f"the run ran on {kind or 'an unrecorded device'}, the audit on {device}"
     if args.get("attn_implementation") != "eager":
-        return None, (f"the run's attention is {args.get('attn_implementation') or 'transformers default (sdpa)'}, "
-                      "the audit's passes are eager")
+        return (f"the run's attention is {args.get('attn_implementation') or 'transformers default (sdpa)'}, "
+                "the audit's passes are eager")
     if args.get("mixed_precision_dtype"):
-        return None, f"the run used autocast (mixed_precision_dtype={args['mixed_precision_dtype']})"
-    return bs, None
+        return f"the run used autocast (mixed_precision_dtype={args['mixed_precision_dtype']})"
+    return None
 
 
 # ---- token boundaries (identity level) ---------------------------------------------------------------------------
@@ -338,12 +356,17 @@ def scorer_for(model_dir, dtype, device):
                           lambda ids: model(ids).logits), None
 
 
+def softmax_dtype(args):
+    """HFLM's softmax_dtype model_arg as a torch dtype, or None (log_softmax in the logits' dtype)."""
+    import torch
+    sdt = getattr(torch, args.get("softmax_dtype", "").replace("torch.", ""), None)
+    return sdt if isinstance(sdt, torch.dtype) else None
+
+
 def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok):
     """{(task, doc_id, request): (score, greedy)}: in lm-eval's batches, every loglikelihood request of the run
     (cached per run: the other tasks read it back); one unpadded sequence per pass, t's kept documents only.
     Returns (scores, scorer label, why not)."""
-    import torch
-
     args = model_args(t.run_config)
     key = (id(top), str(model_dir), dtype, batch_size, device, None if batch_size else (t.name, frozenset(keep)))
     if key in _RUNS:
@@ -365,18 +388,17 @@ def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok):
                 requests.append(pair)
                 names.append((name, doc, i))
     max_len = top.get("max_length") if isinstance(top.get("max_length"), int) else None
-    sdt = getattr(torch, args.get("softmax_dtype", "").replace("torch.", ""), None)    # HFLM's softmax_dtype
     got = score_requests(scorer.logits, requests, batch_size or 1, max_len, flag(args, "logits_cache") is not False,
-                         sdt if isinstance(sdt, torch.dtype) else None, device)
+                         softmax_dtype(args), device)
     _RUNS[key] = (top, dict(zip(names, got)), scorer.label)
     return _RUNS[key][1], scorer.label, None
 
 
-def model_row(C, t, model_dir):
-    """Row "model (parameters == results' model_num_parameters)"; False after a SKIPPED row."""
+def model_row(C, t, model_dir, check=RESCORED):
+    """Row "model (parameters == results' model_num_parameters)"; False after a SKIPPED row `check`."""
     st = Path(model_dir) / "model.safetensors" if model_dir else None
     if st is None or not st.exists():
-        C.skip(t.label, FORWARD, RESCORED, f"needs --model DIR with model.safetensors (found {st})")
+        C.skip(t.label, FORWARD, check, f"needs --model DIR with model.safetensors (found {st})")
         return False
     check_model_dir(model_dir)
     bad = []
@@ -432,6 +454,8 @@ def forward_rows(C, t, model_dir, top, ids, sample_n, device=None):
     the tolerance (equality in lm-eval's batches), argmax and is_greedy flips; for bfloat16 / float16 the float32
     figures beside them. Returns the figures for audit.json, or None."""
     device = device or getattr(C.options, "device", None) or "cpu"
+    if t.output_type == ROLLING:
+        return rolling_rows(C, t, model_dir, top, sample_n, device)
     if t.output_type not in LOGLIKELIHOOD:
         C.skip(t.label, FORWARD, RESCORED, f"output_type {t.output_type}: generations are not re-run "
                                            "(only loglikelihood requests are)", requested=False)
@@ -483,5 +507,166 @@ def forward_rows(C, t, model_dir, top, ids, sample_n, device=None):
     C.add(t.label, FORWARD, RESCORED, fig["n"], bad, note=note)
     for check, n, failed in ((ARGMAX, len(keep), bad_argmax), (GREEDY, fig["n"], bad_greedy)):
         C.add(t.label, FORWARD, check, n, failed, note=f"{len(failed)} flip(s) against the {dtype} re-score")
+    figures["seconds"] = round(time.perf_counter() - t0, 2)
+    return figures
+
+
+# ---- loglikelihood_rolling: lm-eval's windows ---------------------------------------------------------------------
+
+def rolling_windows(ids, prefix_id, max_length):
+    """[(context ids, continuation ids)] lm-eval scores for one document's tokens `ids`, written again from
+    lm-eval 0.4.9.2 lm_eval/utils.py:261-309 (get_rolling_token_windows with context_len 1, as
+    models/huggingface.py:1049-1059 calls it, then make_disjoint_window; the same in every release read, 0.4.5 to
+    0.4.13): the first window predicts the first min(max_length, n) tokens after the prefix token alone; each next
+    one predicts the next at most max_length tokens after the max_length + 1 - (their count) tokens before them, so
+    that context + continuation is max_length + 1 tokens and every token is predicted once. No tokens: no window."""
+    if not ids:
+        return []
+    done = min(max_length, len(ids))
+    out = [([prefix_id], ids[:done])]
+    while done < len(ids):
+        end = min(len(ids), done + max_length)
+        out.append((ids[end - max_length - 1:done], ids[done:end]))
+        done = end
+    return out
+
+
+def logged_rolling(s):
+    """(the log-likelihood lm-eval returned for the sample's rolling request: resps[0][0] as a float, None) or
+    (None, why not); rolling.py ties filtered_resps and the metric pairs to it at the arithmetic level."""
+    r = s.raw["resps"]
+    v = r[0][0] if isinstance(r, list) and len(r) == 1 and isinstance(r[0], list) and len(r[0]) == 1 else None
+    try:
+        ll = float(v) if isinstance(v, str) and len(v) < 100 else None
+    except ValueError:
+        ll = None
+    if ll is None or not math.isfinite(ll):
+        return None, f"{s.where} resps: expected [[\"<finite float>\"]] (one rolling request), found {str(r)[:60]}"
+    return ll, None
+
+
+def rolling_documents(t, keep, encode, max_length):
+    """{doc_id: (logged ll, [windows], where)} of the kept documents (the first line of each), and the problems."""
+    docs, bad = {}, []
+    for s in t.samples:
+        if s.doc_id not in keep or s.doc_id in docs:
+            continue
+        ll, why = logged_rolling(s)
+        if why:
+            bad.append(why)
+            continue
+        docs[s.doc_id] = (ll, rolling_windows(encode(s.requests[0][0]), encode.prefix_id, max_length), s.where)
+    return docs, bad
+
+
+def rolling_sums(scorer, docs, max_length, sdt, device):
+    """{doc_id: [each window's score]} in window order: each window one unpadded pass (score_requests at batch 1:
+    the row (context + continuation)[:-1], its continuation's log-probabilities gathered and summed in the
+    log-softmax's dtype, then read as a Python float, as HFLM._loglikelihood_tokens does)."""
+    flat = [(d, w) for d, (_, windows, _) in sorted(docs.items()) for w in windows]
+    got = score_requests(scorer.logits, [w for _, w in flat], 1, max_length, False, sdt, device)
+    out = {d: [] for d in docs}
+    for (d, _), (score, _) in zip(flat, got):
+        out[d].append(score)
+    return out
+
+
+def rolling_compare(docs, scores, sums, tol, dtype):
+    """Each document's logged log-likelihood against the sum of its windows' scores (builtin sum() in window order,
+    as loglikelihood_rolling sums them, each way the run's Python may have added: python_summation); tol is per
+    window (0: equality; a document without tokens has no window and must log 0). Returns the figures and the
+    failures."""
+    diffs, moved, bad = [], [], []
+    for d, (ll, windows, where) in sorted(docs.items()):
+        totals = [builtin_sum(scores[d], comp) for comp in sums]
+        diff = min(abs(x - ll) for x in totals)
+        diffs.append(diff)
+        limit = tol * len(windows) if windows else 0.0
+        if not diff <= limit:
+            moved.append(d)
+            bad.append(f"{where} resps[0][0]: logged {ll!r}, recomputed {totals[0]!r} over {len(windows)} "
+                       f"window(s) (|diff| {diff:.3g}; " + (f"over {len(windows)} x {tol:g} per window, {dtype})" if tol
+                                                             else f"equality expected, {dtype})"))
+    return {"spread": forward.spread(diffs), "n": len(diffs), "moved": moved}, bad
+
+
+def rolling_mode(t, top, device):
+    """(tolerance per window, mode text): equality when the run scored at batch size 1 (each window one unpadded
+    pass: the tensors the audit builds) on the audit's device kind, eager, without autocast; else the dtype's
+    forward.TOLERANCE per window, the reason named (lm-eval padded its windows in chunks of the batch size over
+    every rolling request of the run, an order the audit does not rebuild)."""
+    bs, why = run_batch_size(t.run_config), other_tensors(t, top, device)
+    if bs == 1 and why is None:
+        return 0.0, "one unpadded window per pass, as the run at batch size 1 (the same tensors), equality expected"
+    if why is None:
+        why = (f"the run padded its windows in chunks of {bs}" if bs else
+               f"the run records no fixed batch size (config.batch_size {t.run_config.get('batch_size')!r})")
+    dtype = run_dtype(t.run_config)[0]
+    return forward.TOLERANCE[dtype], (f"one unpadded window per pass, tolerance {forward.TOLERANCE[dtype]:g} per "
+                                      f"window ({why})")
+
+
+def rolling_rows(C, t, model_dir, top, sample_n, device):
+    """Row ROLLING_RESCORED (and the model row) of a loglikelihood_rolling task: every kept document's text
+    tokenised as HFLM.tok_encode does (encoder), cut into lm-eval's windows of the results' max_length, each window
+    re-scored from the weights in the run's dtype, summed, and compared with the logged log-likelihood; for bfloat16
+    / float16 the float32 figures beside it. Limit: forward.TOLERANCE was measured on candidate scores of a few
+    tokens; a window scores up to max_length tokens (a tolerance per window, not per token). Returns the figures."""
+    check = ROLLING_RESCORED
+    dtype, why = run_dtype(t.run_config)
+    if dtype is None:
+        C.skip(t.label, FORWARD, check, why)
+        return None
+    check_device(device)
+    if not model_row(C, t, model_dir, check):
+        return None
+    tok_path, max_len = Path(model_dir) / "tokenizer.json", top.get("max_length")
+    if not tok_path.is_file():
+        C.skip(t.label, FORWARD, check, f"needs --model DIR with tokenizer.json (found {tok_path})")
+        return None
+    if not (isinstance(max_len, int) and not isinstance(max_len, bool) and 1 <= max_len <= 1 << 24):
+        C.skip(t.label, FORWARD, check, f"the results' max_length is {str(max_len)[:40]}: lm-eval's window size "
+                                        "is unknown")
+        return None
+    tok, bad = tokens.load_tokenizer(tok_path), []
+    special_tokens(bad, tok, top)
+    encode = encoder(tok, t.run_config, top)
+    if encode.prefix_id is None:
+        C.skip(t.label, FORWARD, check, "the results name no bos or eos token: the first window's prefix token "
+                                        "(HFLM.prefix_token_id) is unknown")
+        return None
+    forward.use_threads(C.options.threads)
+    keep, t0 = chosen(t, sample_n), time.perf_counter()
+    scorer, why = scorer_for(model_dir, dtype, device)
+    if scorer is None:
+        C.skip(t.label, FORWARD, check, why)
+        return None
+    docs, more = rolling_documents(t, keep, encode, max_len)
+    bad += more
+    tol, mode = rolling_mode(t, top, device)
+    sums, sdt = python_summation(top), softmax_dtype(model_args(t.run_config))
+    fig, more = rolling_compare(docs, rolling_sums(scorer, docs, max_len, sdt, device), sums, tol, dtype)
+    bad += more
+    counts = {str(d): len(w) for d, (_, w, _) in sorted(docs.items())}
+    what = f"a sample: {len(keep)} of {len({s.doc_id for s in t.samples})} documents (--sample {sample_n})" \
+        if sample_n is not None else "every document"
+    note = (f"{dtype}, {scorer.label}, {mode}; max_length {max_len}: {sum(counts.values())} windows, at most "
+            f"{max(counts.values(), default=0)} per document; |sum of windows - logged| "
+            f"{forward.spread_text(fig['spread'])} over {what}; documents past it: {fig['moved']}")
+    figures = {"dtype": dtype, "implementation": scorer.label, "mode": mode, "tolerance_per_window": tol,
+               "max_length": max_len, "windows": sum(counts.values()), "windows_per_document": counts,
+               "max_abs_diff": fig["spread"]["max"], "spread": fig["spread"], "documents": fig["n"],
+               "sample": sample_n, "salt": SAMPLE_SALT, "moved": fig["moved"], "device": device}
+    if dtype != "float32":
+        s32, why32 = scorer_for(model_dir, "float32", device)
+        if s32 is None:
+            note += f"; float32 beside it: not run ({why32})"
+        else:
+            f32 = rolling_compare(docs, rolling_sums(s32, docs, max_len, sdt, device), sums, math.inf,
+                                  "float32")[0]
+            figures["float32_beside"] = {"implementation": s32.label, **f32}
+            note += ("; float32 beside it (a figure, not a check): |float32 - logged| "
+                     f"{forward.spread_text(f32['spread'])}")
+    C.add(t.label, FORWARD, check, len(docs), bad, note=note)
     figures["seconds"] = round(time.perf_counter() - t0, 2)
     return figures
