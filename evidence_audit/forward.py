@@ -22,7 +22,7 @@ from pathlib import Path
 
 from evidence_audit.checks import FORWARD, MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first
-from evidence_audit.model_files import is_local, rehash_problems
+from evidence_audit.model_files import is_local, rehash_problems, weights_of
 from evidence_audit.reading import read_json, sha256_file
 
 # max |recomputed - recorded| per candidate score (nats) for the forward level to pass, per scored dtype. A flipped
@@ -55,17 +55,22 @@ def forget_scores(model, ids):
 
 
 def load_llama(model_dir):
-    """(model, None) for a plain Llama in model_dir (weights as float32, cached per file), or (None, why not)."""
+    """(model, None) for a plain Llama in model_dir (weights as float32 from model.safetensors or every shard of its
+    index, cached per file), or (None, why not)."""
     import torch
     from safetensors.torch import load_file
 
-    path = Path(model_dir) / "model.safetensors"
-    key = (str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns)
+    paths = weights_of(model_dir)      # model.safetensors or its shards, each inside model_dir
+    if not paths:
+        return None, f"{model_dir} holds neither model.safetensors nor model.safetensors.index.json"
+    key = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths)
     if key not in _MODELS:
         hp, why = read_json(Path(model_dir) / "config.json"), supports_own(model_dir)
         if why:
             return None, f"audit.py's forward pass supports plain Llama only; {why}"
-        W = {k: v.to(torch.float32) for k, v in load_file(str(path)).items()}
+        W = {}
+        for path in paths:
+            W.update({k: v.to(torch.float32) for k, v in load_file(str(path)).items()})
         _MODELS[key] = (key, hp, W)
     return _MODELS[key], None
 

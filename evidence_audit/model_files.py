@@ -127,6 +127,14 @@ def check_model_dir(model_dir):
     _CHECKED.add(key)
 
 
+def weights_of(model_dir):
+    """[Path] of the safetensors files that hold model_dir's weights: model.safetensors, or every shard its index
+    names (after check_model_dir: each inside the directory, nothing else a loader would read); [] when neither."""
+    check_model_dir(model_dir)
+    root = Path(model_dir).resolve()
+    return [root / rel for rel in weight_files(root, model_listing(root))]
+
+
 def model_listing(root):
     """{relative path: Path} of the regular files under root (a symlink counts as the file it points at; a
     symlinked directory is not entered), bounded."""

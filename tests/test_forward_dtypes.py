@@ -103,6 +103,21 @@ def test_own_llama_is_bit_identical_to_transformers_in_a_padded_batch(tiny, dtyp
     assert torch.equal(a, b), (a.float() - b.float()).abs().max()
 
 
+def test_a_sharded_llama_is_read_from_every_shard(tiny, tmp_path):
+    """A model saved in shards (model.safetensors.index.json, as large checkpoints are) gives the own pass every
+    weight: the same logits as the single file, bit for bit."""
+    from transformers import LlamaForCausalLM
+    sharded = tmp_path / "sharded"
+    LlamaForCausalLM.from_pretrained(tiny["llama"]).save_pretrained(sharded, max_shard_size="100KB")
+    assert len(list(sharded.glob("model-*.safetensors"))) > 1 and not (sharded / "model.safetensors").exists()
+    one, why_one = forward.load_llama(tiny["llama"])
+    many, why = forward.load_llama(sharded)
+    assert why_one is None and why is None and sorted(many[2]) == sorted(one[2])
+    ids = torch.randint(1, VOCAB, (2, 11), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert torch.equal(forward.own_llama_batch(one, ids, "float32"), forward.own_llama_batch(many, ids, "float32"))
+
+
 # ---- the level on bfloat16 / float16 evidence ------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

@@ -349,3 +349,25 @@ def test_the_lm_eval_cli_output_re_scores_empty_contexts_too(tmp_path):
         note = fwd[rescore.RESCORED]["note"]      # the fixture records no attn_implementation: sdpa, not eager
         assert "one unpadded sequence per pass, tolerance 0.0001 (the run's attention is " in note \
             or "equality expected" in note, note
+
+
+def test_a_sharded_model_is_re_scored_from_every_shard(tmp_path):
+    """Large checkpoints come as model.safetensors.index.json and shards: the real 0.4.9.2 batched run re-scored on
+    its model saved again in shards equals the logged scores, and the parameter count is the shards' sum (one shard
+    alone would not match model_num_parameters)."""
+    from transformers import LlamaForCausalLM
+    fixture = REPO / "tests" / "fixtures" / "lmeval_versions" / "0.4.9.2"
+    sharded = tmp_path / "sharded"
+    LlamaForCausalLM.from_pretrained(fixture / "tiny-llama").save_pretrained(sharded, max_shard_size="4KB")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(fixture / "tiny-llama" / name, sharded / name)
+    assert len(list(sharded.glob("model-*.safetensors"))) > 1 and not (sharded / "model.safetensors").exists()
+    report = tmp_path / "report.json"
+    code = main(["--lm-eval", str(fixture / "batched"), "--forward", "--model", str(sharded), "--data",
+                 str(fixture / "data" / "docs.jsonl"), "--report", str(report)])
+    got = json.loads(report.read_text())
+    assert code == 0, [r["first_failure"] or r["note"] for r in got["checks"] if r["status"] != "PASS"]
+    fwd = [r for r in got["checks"] if r["level"] == "forward"]
+    assert {r["check"] for r in fwd} >= {rescore.RESCORED, "model (parameters == results' model_num_parameters)"}
+    assert all(r["status"] == "PASS" for r in fwd) and all(
+        got["details"][t]["forward"]["max_abs_diff"] == 0.0 for t in ("versions_mc", "versions_mi"))

@@ -81,13 +81,20 @@ def test_the_mode_is_equality_only_on_the_runs_own_tensors():
         return SimpleNamespace(run_config={"model_args": args, "batch_size": bs, "device": "cpu",
                                            "model_dtype": "torch.float32"})
     eager = "pretrained=m,attn_implementation=eager"
-    assert rescore.rolling_mode(task(eager, 1), {}, "cpu") == (
+    top = {"lm_eval_version": "0.4.9.2", "transformers_version": rescore.audit_transformers()}
+    assert rescore.rolling_mode(task(eager, 1), top, "cpu") == (
         0.0, "one unpadded window per pass, as the run at batch size 1 (the same tensors), equality expected")
-    tol, mode = rescore.rolling_mode(task(eager, 4), {}, "cpu")
+    tol, mode = rescore.rolling_mode(task(eager, 4), top, "cpu")
     assert tol == forward.TOLERANCE["float32"] and "the run padded its windows in chunks of 4" in mode
-    tol, mode = rescore.rolling_mode(task("pretrained=m", 1), {}, "cpu")
+    tol, mode = rescore.rolling_mode(task("pretrained=m", 1), top, "cpu")
     assert tol == forward.TOLERANCE["float32"] and "the run's attention is transformers default (sdpa)" in mode
-    assert "no fixed batch size" in rescore.rolling_mode(task(eager, "auto"), {}, "cpu")[1]
+    assert "no fixed batch size" in rescore.rolling_mode(task(eager, "auto"), top, "cpu")[1]
+    # the loglikelihood mode's condition on the code (rescore.other_code): the release and the transformers
+    for edit, says in (({"transformers_version": "4.45.2"}, "the run's transformers 4.45.2 is not the audit's"),
+                       ({"transformers_version": None}, "the run records no transformers_version"),
+                       ({"lm_eval_version": "0.4.8"}, "lm-eval 0.4.8's batching differs from 0.4.9.2's")):
+        tol, mode = rescore.rolling_mode(task(eager, 1), {**top, **edit}, "cpu")
+        assert tol == forward.TOLERANCE["float32"] and says in mode, mode
 
 
 # ---- the real run -------------------------------------------------------------------------------------------------

@@ -1,20 +1,31 @@
 """Token boundaries (identity level, --tokens --model DIR) and the forward level (--forward --model DIR): every
-loglikelihood request (multiple_choice and loglikelihood tasks) re-tokenised as lm-eval 0.4.9.2's
-TemplateLM._encode_pair does and re-scored from the weights, in the run's dtype (float32 beside it for bfloat16 /
+loglikelihood request (multiple_choice and loglikelihood tasks) re-tokenised as TemplateLM._encode_pair of the
+release that wrote the run does and re-scored from the weights, in the run's dtype (float32 beside it for bfloat16 /
 float16), with evidence_audit/forward.py's scorers: the audit's own Llama pass where it covers the model, else
 transformers' class for config.json's architecture (named in the row; cannot catch an error that implementation
 shares with the run).
 
 _encode_pair (lm-eval 0.4.9.2 lm_eval/api/model.py:389-401): trailing whitespace of the context moves to the
-continuation; context and context + continuation are tokenised with tok_encode, whose add_special_tokens is
+continuation; context and context + continuation are tokenised with tok_encode; the continuation is the whole's
+tokens after the context's count. tok_encode and an empty context follow the run's release (versions.py tok_encode,
+each release's lines there; encoder, empty_context_pair): "tokenizer-default" (0.4.9.2 on): add_special_tokens is
 model_args' add_bos_token when given, else the tokenizer's default (True: its post-processor decides), and False for
-a string that starts with the prefix token's text (lm_eval/models/huggingface.py:855-872, models/utils.py:886-900);
-the continuation is the whole's tokens after the context's count.
+a string that starts with the prefix token's text (0.4.9.2 lm_eval/models/huggingface.py:855-872,
+models/utils.py:886-900); an empty context is the prefix token, or the continuation's own leading prefix token.
+"add_bos_token" (0.4.5 to 0.4.9.1): add_special_tokens is model_args' add_bos_token (default False), True for a
+model whose config.json model_type contains "gemma" (--model DIR's); an empty context is the prefix token before
+the continuation's tok_encode tokens. A run without a version field whose candidate releases tokenise otherwise is
+not guessed: its token boundaries (and so its re-scores) are SKIPPED with that reason. loglikelihood_rolling
+documents are tokenised by the same tok_encode.
 
 Two modes, named in the row:
-- lm-eval's batches (equality expected): when the run records an integer batch size, its device kind is the
-  audit's, its attention is eager (model_args attn_implementation=eager: the audit's passes are eager) and no
-  mixed_precision_dtype. lm-eval runs every loglikelihood request of every task of the run in one call
+- lm-eval's batches (equality expected): when the release that wrote the run batches as 0.4.9.2 does
+  (versions.py loglikelihood_batches "same": 0.4.9 to 0.4.13, each release's lines read
+  there; a run without a version field must be so in every candidate release), the run's transformers_version is
+  the one the audit runs with (another transformers' model code may compute other floats from the same tensors),
+  the run records an integer batch size, its device kind is the audit's, its attention is eager (model_args
+  attn_implementation=eager: the audit's passes are eager) and no mixed_precision_dtype. The lines cited below are
+  0.4.9.2's. lm-eval runs every loglikelihood request of every task of the run in one call
   (evaluator.py:573), so the batches are formed over all of them: HFLM._loglikelihood_tokens
   (models/huggingface.py:1131-1363) with its Collator (models/utils.py:355-560): requests grouped by context +
   continuation[:-1] (unless logits_cache=False), one representative per group (its longest continuation, first in
@@ -23,15 +34,17 @@ Two modes, named in the row:
   the representative's last len(continuation) rows: greedy from the trailing len(its continuation) of them, its
   score gathered from the LEADING ones (torch.gather over the first len(its continuation) rows), as lm-eval does.
 - one unpadded sequence per pass otherwise (and for --sample), against forward.TOLERANCE[dtype] (docs/forward-
-  dtypes.md), the reason the batches could not be reproduced named in the row.
+  dtypes.md), the reason the batches could not be reproduced named in the row (the first that holds, in this order:
+  --sample, the release's batching (what differs), the transformers, the batch size, device, attention, autocast).
 A flipped prediction (argmax over a document's requests) or is_greedy FAILs whatever the difference.
 
 loglikelihood_rolling tasks (rolling_rows): each document's text tokenised as HFLM.tok_encode does, cut into
 lm-eval's rolling windows of the results' max_length (rolling_windows), each window re-scored as one unpadded pass
 in the run's dtype and the window scores summed as the run's Python sum() adds them, against the logged
-log-likelihood: equality when the run scored at batch size 1 (the same tensors), else forward.TOLERANCE[dtype] per
-window, the mode and its reason named in the row (lm-eval pads a run's windows in chunks of its batch size over
-every rolling request of the run: not rebuilt here).
+log-likelihood: equality when the run scored at batch size 1 (the same tensors) by a release and transformers that
+qualify as above (other_code, shared with choose_mode), else forward.TOLERANCE[dtype] per window, the mode and its
+reason named in the row (lm-eval pads a run's windows in chunks of its batch size over every rolling request of the
+run: not rebuilt here).
 
 --sample N: documents ranked by sha256(f"{SAMPLE_SALT}:{task}:{doc_id}") — fixed before any score is read — taken
 in that order while their requests total at most N per task (at least one document); the report says it is a sample.
@@ -54,7 +67,8 @@ from evidence_audit.lmeval.files import SAMPLES_RE
 from evidence_audit.lmeval.fmt import ROLLING
 from evidence_audit.lmeval.metrics import builtin_sum
 from evidence_audit.lmeval.persample import LOGLIKELIHOOD
-from evidence_audit.model_files import check_model_dir
+from evidence_audit.lmeval.versions import BATCHES_DIFFER, BATCHES_SAME, KNOWN_VERSIONS, TOK_ADD_BOS, TOK_ENCODE
+from evidence_audit.model_files import INDEX, check_model_dir, weights_of
 from evidence_audit.reading import Unreadable
 
 SAMPLE_SALT = "lmeval-forward-sample-v1"
@@ -63,7 +77,8 @@ RESCORED = "loglikelihoods re-scored in the run's dtype"
 ROLLING_RESCORED = "rolling loglikelihoods re-scored in the run's dtype (lm-eval's windows)"
 ARGMAX = "argmax changes (the prediction) after re-scoring"
 GREEDY = "is_greedy changes after re-scoring"
-BATCHES_OF = "0.4.9.2"          # the release whose HFLM batching score_requests reproduces
+BATCHES_OF = "0.4.9.2"          # the release whose HFLM batching score_requests is written from; the releases
+                                # batching as it does: versions.py loglikelihood_batches "same"
 MAX_MODEL_ARGS = 4000           # characters of model_args read (a command-line string)
 MAX_HEADER = 100 * 2 ** 20      # bytes of a safetensors header read to count parameters
 _RUNS = {}                      # (run, settings) -> {(task, doc_id, request): (score, greedy)}: one pass per run
@@ -134,18 +149,62 @@ def check_device(device):
                          "run without --device (cpu)")
 
 
+def audit_transformers():
+    """The transformers version this audit runs with (importlib.metadata), or None when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("transformers")
+    except PackageNotFoundError:
+        return None
+
+
+def run_versions(t, top):
+    """The release(s) that may have written t's run: fmt's candidates (a run without a version field may be any of
+    several), else the results' lm_eval_version."""
+    release = getattr(t, "release", None)
+    return tuple(release.versions) if release is not None else (top.get("lm_eval_version"),)
+
+
+def release_batches(t, top):
+    """Why lm-eval's batches of the release(s) that wrote t's run are not score_requests' (versions.py
+    loglikelihood_batches: not "same" as 0.4.9.2's), or None. A run without a version field may be any of its
+    candidate releases: all of them must batch as 0.4.9.2 does."""
+    versions = run_versions(t, top)
+    how = {v: KNOWN_VERSIONS[v]["loglikelihood_batches"] if v in KNOWN_VERSIONS else None for v in versions}
+    other = [v for v in versions if how[v] != BATCHES_SAME]
+    if not other:
+        return None
+    what = BATCHES_DIFFER.get(how[other[0]], "a release whose batching was not read")
+    return f"lm-eval {' or '.join(map(str, other))}'s batching differs from {BATCHES_OF}'s: {what}"
+
+
 def choose_mode(t, top, device, sample_n):
     """(batch size, why) — lm-eval's batches at the run's batch size when they can be reproduced (module
     docstring), else (None, the reason: one unpadded sequence per pass)."""
     bs = run_batch_size(t.run_config)
     if sample_n is not None:
         return None, "--sample re-scores part of the run, whose batches held all of it"
-    if top.get("lm_eval_version") != BATCHES_OF:
-        return None, f"lm-eval's batches are reproduced for {BATCHES_OF} only (the run: {top.get('lm_eval_version')!r})"
+    why = other_code(t, top)
+    if why:
+        return None, why
     if bs is None:
         return None, f"the run records no fixed batch size (config.batch_size {t.run_config.get('batch_size')!r})"
     why = other_tensors(t, top, device)
     return (None, why) if why else (bs, None)
+
+
+def other_code(t, top):
+    """Why the run's scores did not come from the code the audit's equality is written from: its release batches
+    otherwise (release_batches) or it ran another transformers than the audit's; or None."""
+    why = release_batches(t, top)
+    if why:
+        return why
+    ran, audit = top.get("transformers_version"), audit_transformers()
+    if not isinstance(ran, str) or len(ran) > 100:
+        return f"the run records no transformers_version (the audit's: {audit}): the same tensors are not guaranteed"
+    if ran != audit:
+        return f"the run's transformers {ran} is not the audit's {audit}: the same tensors are not guaranteed"
+    return None
 
 
 def other_tensors(t, top, device):
@@ -164,12 +223,45 @@ def other_tensors(t, top, device):
 
 # ---- token boundaries (identity level) ---------------------------------------------------------------------------
 
-def encoder(tok, run_config, top):
-    """encode(text, special=None) -> ids as HFLM.tok_encode does for this run (module docstring); encode.prefix_id:
-    HFLM.prefix_token_id (model_args prefix_token_id, else the bos token's id, else the eos token's:
-    lm_eval/models/huggingface.py:449-455), the context of an empty-context request."""
+def tokenising_rule(t, top):
+    """(rule, None): the versions.py tok_encode rule of the release(s) that may have written t's run, or (None,
+    why): candidate releases that tokenise otherwise (a run without a version field), or a release not read."""
+    versions = run_versions(t, top)
+    rules = {v: KNOWN_VERSIONS[v]["tok_encode"] if v in KNOWN_VERSIONS else None for v in versions}
+    if None in rules.values():
+        return None, f"lm-eval {' or '.join(map(str, versions))}: a release whose tokenising was not read"
+    if len(set(rules.values())) > 1:
+        return None, (f"the run may have been written by lm-eval {' or '.join(versions)}, which tokenise requests "
+                      "otherwise (versions.py tok_encode: " + "; ".join(f"{v}: {r}" for v, r in rules.items()) +
+                      "): which tokens it ran is unknown")
+    return next(iter(rules.values())), None
+
+
+def model_type(model_dir):
+    """config.json's model_type of --model DIR ("" when absent or unreadable): the releases of tok_encode
+    "add_bos_token" add a BOS token for every model_type containing "gemma"."""
+    path = Path(model_dir) / "config.json" if model_dir else None
+    try:
+        kind = json.loads(path.read_text(encoding="utf-8")).get("model_type") if path and path.is_file() else ""
+    except (OSError, ValueError, AttributeError):
+        kind = ""
+    return kind if isinstance(kind, str) else ""
+
+
+def encoder(tok, run_config, top, rule=None, kind=""):
+    """encode(text, special=None) -> ids as HFLM.tok_encode does for this run under versions.py tok_encode `rule`
+    (default: that of the results' lm_eval_version; module docstring), `kind` the model's config model_type;
+    encode.prefix_id: HFLM.prefix_token_id (model_args prefix_token_id, else the bos token's id, else the eos
+    token's: lm_eval/models/huggingface.py:449-455), the context of an empty-context request; encode.rule."""
+    if rule is None:
+        rule = KNOWN_VERSIONS.get(top.get("lm_eval_version"), {}).get("tok_encode")
+    if rule not in TOK_ENCODE:
+        raise ValueError(f"tok_encode rule {rule!r} (results' lm_eval_version {top.get('lm_eval_version')!r}): pass "
+                         f"one of {sorted(TOK_ENCODE)} (tokenising_rule)")
     args = model_args(run_config)
     add_bos = flag(args, "add_bos_token")
+    if rule == TOK_ADD_BOS:     # add_special_tokens = add_bos_token (default False), True for a Gemma model_type
+        add_bos = add_bos is True or "gemma" in kind
     prefix = next((rec[0] for rec in (top.get("tokenizer_bos_token"), top.get("tokenizer_eos_token"))
                    if isinstance(rec, list) and len(rec) == 2 and isinstance(rec[0], str)), None)
 
@@ -179,12 +271,17 @@ def encoder(tok, run_config, top):
         return tok.encode(text, add_special_tokens=special).ids
     custom = args.get("prefix_token_id", "")
     encode.prefix_id = int(custom) if custom.isdigit() else tok.token_to_id(prefix) if prefix is not None else None
+    encode.rule, encode.add_bos = rule, add_bos
     return encode
 
 
 def empty_context_pair(encode, continuation):
-    """lm-eval 0.4.9.2 api/model.py:436-446: an empty context is the prefix token, unless the continuation's
-    tokens (no special tokens) already start with it, which then becomes the context."""
+    """An empty context, by encode.rule: "tokenizer-default" (lm-eval 0.4.9.2 api/model.py:436-446) the prefix
+    token, unless the continuation's tokens (no special tokens) already start with it, which then becomes the
+    context; "add_bos_token" (0.4.9.1 api/model.py:375-391) the prefix token before the continuation's tok_encode
+    tokens (a BOS of their own with add_bos_token)."""
+    if getattr(encode, "rule", None) == TOK_ADD_BOS:
+        return [encode.prefix_id], encode(continuation)
     k = encode(continuation, False)
     if k and k[0] == encode.prefix_id:
         return k[:1], k[1:]
@@ -240,14 +337,29 @@ def boundary_rows(C, t, model_dir, top):
     if tok_path is None or not tok_path.exists():
         C.skip(t.label, IDENTITY, BOUNDARIES, f"needs --model DIR with tokenizer.json (found {tok_path})")
         return None
+    rule, why = tokenising_rule(t, top)
+    if rule is None:
+        C.skip(t.label, IDENTITY, BOUNDARIES, why)
+        return None
     tok = tokens.load_tokenizer(tok_path)
     bad = []
     special_tokens(bad, tok, top)
-    out, more, not_prefix = task_ids(t.samples, encoder(tok, t.run_config, top))
+    encode = encoder(tok, t.run_config, top, rule, model_type(model_dir))
+    out, more, not_prefix = task_ids(t.samples, encode)
     bad += more
     C.add(t.label, IDENTITY, BOUNDARIES, len(out), bad,
-          note=f"{tok_path}; {not_prefix} requests whose context tokens are not a prefix of context+continuation")
+          note=f"{tok_path}; tokenised as lm-eval {' or '.join(map(str, run_versions(t, top)))} does (versions.py "
+               f"tok_encode {rule!r}, add_special_tokens {special_note(encode)}); {not_prefix} requests whose "
+               "context tokens are not a prefix of context+continuation")
     return None if bad else out
+
+
+def special_note(encode):
+    """How encode adds special tokens to a text, for a row's note."""
+    if encode.add_bos is None:
+        return "the tokenizer's default (none for a text starting with the prefix token)"
+    return f"{encode.add_bos} (model_args add_bos_token" + (", default False, True for a Gemma model_type)"
+                                                             if encode.rule == TOK_ADD_BOS else ")")
 
 
 def chosen(t, n):
@@ -377,7 +489,10 @@ def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok):
     tasks, why = run_tasks(t, top) if batch_size else ([(t.name, t.samples)], None)
     if tasks is None:
         return None, None, why
-    encode = encoder(tok, t.run_config, top)
+    rule, why = tokenising_rule(t, top)
+    if rule is None:
+        return None, None, why
+    encode = encoder(tok, t.run_config, top, rule, model_type(model_dir))
     requests, names = [], []
     for name, samples in tasks:
         ids, bad, _ = task_ids(samples, encode)
@@ -396,14 +511,15 @@ def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok):
 
 def model_row(C, t, model_dir, check=RESCORED):
     """Row "model (parameters == results' model_num_parameters)"; False after a SKIPPED row `check`."""
-    st = Path(model_dir) / "model.safetensors" if model_dir else None
-    if st is None or not st.exists():
-        C.skip(t.label, FORWARD, check, f"needs --model DIR with model.safetensors (found {st})")
+    weights = weights_of(model_dir) if model_dir else []   # model.safetensors or every shard of its index
+    if not weights:
+        C.skip(t.label, FORWARD, check, f"needs --model DIR with model.safetensors or model.safetensors.index.json "
+                                        f"(found neither in {model_dir})")
         return False
-    check_model_dir(model_dir)
     bad = []
+    where = weights[0] if len(weights) == 1 else f"the {len(weights)} shards of {Path(model_dir) / INDEX}"
     expect(bad, "results", "config.model_num_parameters", t.run_config.get("model_num_parameters"),
-           safetensors_parameters(st), f"values in {st}")
+           sum(safetensors_parameters(p) for p in weights), f"values in {where}")
     C.add(t.label, FORWARD, "model (parameters == results' model_num_parameters)", 1, bad)
     return True
 
@@ -595,7 +711,7 @@ def rolling_mode(t, top, device):
     pass: the tensors the audit builds) on the audit's device kind, eager, without autocast; else the dtype's
     forward.TOLERANCE per window, the reason named (lm-eval padded its windows in chunks of the batch size over
     every rolling request of the run, an order the audit does not rebuild)."""
-    bs, why = run_batch_size(t.run_config), other_tensors(t, top, device)
+    bs, why = run_batch_size(t.run_config), other_code(t, top) or other_tensors(t, top, device)
     if bs == 1 and why is None:
         return 0.0, "one unpadded window per pass, as the run at batch size 1 (the same tensors), equality expected"
     if why is None:
@@ -630,7 +746,11 @@ def rolling_rows(C, t, model_dir, top, sample_n, device):
         return None
     tok, bad = tokens.load_tokenizer(tok_path), []
     special_tokens(bad, tok, top)
-    encode = encoder(tok, t.run_config, top)
+    rule, why = tokenising_rule(t, top)
+    if rule is None:
+        C.skip(t.label, FORWARD, check, why)
+        return None
+    encode = encoder(tok, t.run_config, top, rule, model_type(model_dir))
     if encode.prefix_id is None:
         C.skip(t.label, FORWARD, check, "the results name no bos or eos token: the first window's prefix token "
                                         "(HFLM.prefix_token_id) is unknown")

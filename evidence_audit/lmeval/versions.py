@@ -37,6 +37,22 @@ the file (under `lm_eval/` of that release) and the lines where the release does
                         (the last (metric, filter) aggregated / the largest count), i.e. the documents scored, a
                         --samples selection included
   stderr                "N/A" for a metric with one value or without a closed-form or bootstrap stderr
+  loglikelihood_batches how HFLM turns a run's loglikelihood requests into padded batches and scores them
+                        (TemplateLM.loglikelihood and _encode_pair, HFLM.tok_encode, _loglikelihood_tokens,
+                        _model_call, the Collator, pad_and_concat), against 0.4.9.2's: "same" = identical in effect
+                        (the same padded tensors of the release's token ids, tok_encode below, read the same way),
+                        else what differs
+                        (BATCHES_DIFFER); rescore.py reproduces the batches of the "same" releases only
+  tok_encode            how HFLM tokenises a loglikelihood request (TOK_ENCODE; rescore.py's encoder follows it):
+                        "add_bos_token" = special tokens (a BOS the tokenizer's post-processor adds) only when the
+                        model_args add_bos_token is true (default False), forced true for a model whose config
+                        model_type contains "gemma"; an empty context is the prefix token before the continuation's
+                        tok_encode tokens (with add_bos_token=True: a BOS of their own). "tokenizer-default" = the
+                        tokenizer's default unless model_args add_bos_token is given, none for a text starting with
+                        the prefix token's text, no Gemma case; an empty context is the continuation without special
+                        tokens, its leading prefix token taken as the context, else the prefix token. The same rule
+                        gives a loglikelihood_rolling document's tokens (the first window's prefix token is
+                        prefix_token_id in every release)
 
 The tests (tests/test_lmeval_versions.py) check these claims against real output of every release, made by
 tools/make_lmeval_fixtures.py into tests/fixtures/lmeval_versions/<version>/.
@@ -75,11 +91,55 @@ def _version(**facts):
     return out
 
 
+# loglikelihood_batches, read side by side with 0.4.9.2's functions (the `where` lines of each release):
+# - 0.4.10, 0.4.11 (byte-identical files): _loglikelihood_tokens differs by annotations, two asserts that the
+#   padded length is set, and zip(strict=True) over lists of one length (huggingface.py:1279, 1285, 1308);
+#   _model_call by an assert commented out (huggingface.py:965-968); the Collator by annotations and zip(strict=True)
+#   (utils.py:236-512); pad_and_concat moved unchanged to models/utils_hf.py:8-56; tok_encode, _select_cont_toks,
+#   _encode_pair and loglikelihood are the same text. "same".
+# - 0.4.12: as 0.4.10, plus batch sizes detected earlier are forgotten when the batch size is "auto"
+#   (huggingface.py:1388-1394: only under batch_fn, i.e. batch_size auto) and a progress bar while tokenising
+#   (api/model.py:425-429). "same".
+# - 0.4.13: those functions are the same text as 0.4.12's; only HFLM.max_length moved to resolve_max_length
+#   (models/utils.py:551-592: a nested text_config first), and the audit reads max_length from the results. "same".
+# - 0.4.9.1: _loglikelihood_tokens (huggingface.py:1115-1349), _model_call (:909-988), _select_cont_toks and the
+#   Collator (utils.py:355-560) are the same text but for type annotations and docstrings. Its token ids differ
+#   (tok_encode below), and rescore.py's encoder follows that fact, so the batches are 0.4.9.2's. "same".
+#   Measured: its real batch-4 runs (bos/ fixtures, transformers 4.55.4) put through score_requests gave max |diff| 0.
+# - 0.4.9: as 0.4.9.1 (huggingface.py:1049-1283), and _model_call has no autocast (huggingface.py:870-925): it
+#   differs only under mixed_precision_dtype, which sends any run to the tolerance mode. "same".
+# - 0.4.5, 0.4.7, 0.4.8: the Collator runs a context group's FIRST request (0.4.5 and 0.4.7 utils.py:427-433, 0.4.8
+#   utils.py:429-435; 0.4.9.2 runs the one with the longest continuation), is_greedy compares all of its rows with a
+#   member's continuation (0.4.5 huggingface.py:1156, 0.4.7 :1203, 0.4.8 :1232; 0.4.9.2 the trailing ones), log_softmax
+#   has no softmax_dtype (0.4.5 huggingface.py:1118-1120, 0.4.7 :1165-1167, 0.4.8 :1194-1196), and tok_encode and an
+#   empty context are as 0.4.9.1's. "first-member".
+# pad_and_concat (right padding with 0) is the same in every release.
+BATCHES_SAME = "same"
+BATCHES_DIFFER = {
+    "first-member": "a context group's scores are read from its first request's rows, not its longest "
+                    "continuation's; is_greedy compares all those rows; no softmax_dtype",
+}
+
+# tok_encode: the rules (see the module docstring); the `where` lines of each release are its add_bos_token default
+# and Gemma case (0.4.5-0.4.9.1), HFLM.tok_encode, has_bos_prefix / _add_special_kwargs (0.4.9.2 on) and
+# TemplateLM.loglikelihood's empty context.
+TOK_ADD_BOS = "add_bos_token"
+TOK_DEFAULT = "tokenizer-default"
+TOK_ENCODE = {
+    TOK_ADD_BOS: "special tokens only with model_args add_bos_token=True (default False; forced on for a Gemma "
+                 "model_type); an empty context: the prefix token, then the continuation's tok_encode tokens",
+    TOK_DEFAULT: "the tokenizer's default special tokens unless model_args add_bos_token is given, none for a text "
+                 "starting with the prefix token; an empty context: a leading prefix token of the continuation's "
+                 "tokens (no special tokens), else the prefix token",
+}
+
 KNOWN_VERSIONS = {
     "0.4.5": _version(
         lm_eval_version_key=False, results_keys=RESULTS_KEYS_0_4_5, json_output_path=False, unnamed_model_dir="",
         sample_keys=SAMPLE_KEYS_0_4_5, acc_bytes=False, mutual_info="strided", samples_option=False,
         samples_doc_id=None, n_samples_effective="limit",
+        loglikelihood_batches="first-member",
+        tok_encode=TOK_ADD_BOS,
         task_result_keys=("alias",),
         where={
             "lm_eval_version_key": "loggers/utils.py:98-112",
@@ -102,11 +162,18 @@ KNOWN_VERSIONS = {
             "samples_doc_id": "evaluator.py:528-534",
             "n_samples_effective": "evaluator.py:654-663",
             "stderr": "evaluator_utils.py:110-115",
+            "loglikelihood_batches": "models/utils.py:427-433, models/huggingface.py:1118-1120, "
+                                     "models/huggingface.py:1156, models/huggingface.py:748-772, "
+                                     "api/model.py:362-378",
+            "tok_encode": "models/huggingface.py:78, models/huggingface.py:209-211, "
+                          "models/huggingface.py:748-772, api/model.py:362-378",
         }),
     "0.4.7": _version(
         lm_eval_version_key=False, results_keys=RESULTS_KEYS_0_4_5, json_output_path=False, unnamed_model_dir="",
         sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=False, mutual_info="strided", samples_option=False,
         samples_doc_id=None, n_samples_effective="limit",
+        loglikelihood_batches="first-member",
+        tok_encode=TOK_ADD_BOS,
         task_result_keys=("alias",),
         where={
             "lm_eval_version_key": "loggers/utils.py:98-112",
@@ -129,11 +196,18 @@ KNOWN_VERSIONS = {
             "samples_doc_id": "evaluator.py:534-541",
             "n_samples_effective": "evaluator.py:663-672",
             "stderr": "evaluator_utils.py:110-115",
+            "loglikelihood_batches": "models/utils.py:427-433, models/huggingface.py:1165-1167, "
+                                     "models/huggingface.py:1203, models/huggingface.py:772-796, "
+                                     "api/model.py:362-378",
+            "tok_encode": "models/huggingface.py:80, models/huggingface.py:213-215, "
+                          "models/huggingface.py:772-796, api/model.py:362-378",
         }),
     "0.4.8": _version(
         lm_eval_version_key=False, results_keys=RESULTS_KEYS_0_4_5, json_output_path=False, unnamed_model_dir="",
         sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=False, mutual_info="strided", samples_option=False,
         samples_doc_id=None, n_samples_effective="limit",
+        loglikelihood_batches="first-member",
+        tok_encode=TOK_ADD_BOS,
         task_result_keys=("alias",),
         where={
             "lm_eval_version_key": "loggers/utils.py:98-112",
@@ -156,11 +230,18 @@ KNOWN_VERSIONS = {
             "samples_doc_id": "evaluator.py:555-562",
             "n_samples_effective": "evaluator.py:684-693",
             "stderr": "evaluator_utils.py:119-125",
+            "loglikelihood_batches": "models/utils.py:429-435, models/huggingface.py:1194-1196, "
+                                     "models/huggingface.py:1232, models/huggingface.py:788-812, "
+                                     "api/model.py:366-382",
+            "tok_encode": "models/huggingface.py:81, models/huggingface.py:220-222, "
+                          "models/huggingface.py:788-812, api/model.py:366-382",
         }),
     "0.4.9": _version(
         lm_eval_version_key=True, results_keys=RESULTS_KEYS_0_4_9, json_output_path=True, unnamed_model_dir="",
         sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=False, mutual_info="appended", samples_option=True,
         samples_doc_id="position", n_samples_effective="limit",
+        loglikelihood_batches="same",
+        tok_encode=TOK_ADD_BOS,
         task_result_keys=("alias",),
         where={
             "lm_eval_version_key": "loggers/utils.py:99-118",
@@ -183,11 +264,17 @@ KNOWN_VERSIONS = {
             "samples_doc_id": "evaluator.py:598-614, api/task.py:696-726",
             "n_samples_effective": "evaluator.py:738-747",
             "stderr": "evaluator_utils.py:119-125",
+            "loglikelihood_batches": "models/huggingface.py:1049-1283, models/huggingface.py:870-925, "
+                                     "models/utils.py:355-560, models/utils.py:151-199",
+            "tok_encode": "models/huggingface.py:82, models/huggingface.py:223-225, "
+                          "models/huggingface.py:804-828, api/model.py:366-382",
         }),
     "0.4.9.1": _version(
         lm_eval_version_key=True, results_keys=RESULTS_KEYS_0_4_9, json_output_path=True, unnamed_model_dir="",
         sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=False, mutual_info="appended", samples_option=True,
         samples_doc_id="position", n_samples_effective="limit",
+        loglikelihood_batches="same",
+        tok_encode=TOK_ADD_BOS,
         task_result_keys=("alias",),
         where={
             "lm_eval_version_key": "loggers/utils.py:99-118",
@@ -210,11 +297,17 @@ KNOWN_VERSIONS = {
             "samples_doc_id": "evaluator.py:613-629, api/task.py:698-728",
             "n_samples_effective": "evaluator.py:753-762",
             "stderr": "evaluator_utils.py:119-125",
+            "loglikelihood_batches": "models/huggingface.py:1115-1349, models/huggingface.py:909-988, "
+                                     "models/utils.py:355-560, models/utils.py:151-199",
+            "tok_encode": "models/huggingface.py:87, models/huggingface.py:251-253, "
+                          "models/huggingface.py:840-867, api/model.py:375-391",
         }),
     "0.4.9.2": _version(
         lm_eval_version_key=True, results_keys=RESULTS_KEYS_0_4_9, json_output_path=True, unnamed_model_dir="",
         sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=True, mutual_info="appended", samples_option=True,
         samples_doc_id="position", n_samples_effective="limit",
+        loglikelihood_batches="same",
+        tok_encode=TOK_DEFAULT,
         task_result_keys=("alias",),
         where={
             "lm_eval_version_key": "loggers/utils.py:99-118",
@@ -237,11 +330,17 @@ KNOWN_VERSIONS = {
             "samples_doc_id": "evaluator.py:613-629, api/task.py:698-728",
             "n_samples_effective": "evaluator.py:753-762",
             "stderr": "evaluator_utils.py:119-125",
+            "loglikelihood_batches": "models/huggingface.py:1131-1364, models/huggingface.py:925-965, "
+                                     "models/huggingface.py:855-878, models/utils.py:355-628, "
+                                     "models/utils.py:151-199, api/model.py:358-453",
+            "tok_encode": "models/huggingface.py:855-878, models/utils.py:886-900, api/model.py:407-453",
         }),
     "0.4.10": _version(
         lm_eval_version_key=True, results_keys=RESULTS_KEYS_0_4_10, json_output_path=True,
         unnamed_model_dir="random", sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=True, mutual_info="appended",
         samples_option=True, samples_doc_id="position", n_samples_effective="limit",
+        loglikelihood_batches="same",
+        tok_encode=TOK_DEFAULT,
         task_result_keys=("alias",),
         where={
             "lm_eval_version_key": "loggers/utils.py:97-128",
@@ -264,11 +363,17 @@ KNOWN_VERSIONS = {
             "samples_doc_id": "evaluator.py:622-638, api/task.py:575-605",
             "n_samples_effective": "evaluator.py:762-771",
             "stderr": "evaluator_utils.py:118-124",
+            "loglikelihood_batches": "models/huggingface.py:1135-1370, models/huggingface.py:929-969, "
+                                     "models/huggingface.py:858-881, models/utils.py:236-512, "
+                                     "models/utils_hf.py:8-56, api/model.py:357-452",
+            "tok_encode": "models/huggingface.py:858-881, models/utils.py:939-953, api/model.py:406-452",
         }),
     "0.4.11": _version(
         lm_eval_version_key=True, results_keys=RESULTS_KEYS_0_4_10, json_output_path=True,
         unnamed_model_dir="random", sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=True, mutual_info="appended",
         samples_option=True, samples_doc_id="position", n_samples_effective="limit",
+        loglikelihood_batches="same",
+        tok_encode=TOK_DEFAULT,
         task_result_keys=("alias",),
         where={   # the files read here are byte-identical to 0.4.10's
             "lm_eval_version_key": "loggers/utils.py:97-128",
@@ -291,11 +396,17 @@ KNOWN_VERSIONS = {
             "samples_doc_id": "evaluator.py:622-638, api/task.py:575-605",
             "n_samples_effective": "evaluator.py:762-771",
             "stderr": "evaluator_utils.py:118-124",
+            "loglikelihood_batches": "models/huggingface.py:1135-1370, models/huggingface.py:929-969, "
+                                     "models/huggingface.py:858-881, models/utils.py:236-512, "
+                                     "models/utils_hf.py:8-56, api/model.py:357-452",
+            "tok_encode": "models/huggingface.py:858-881, models/utils.py:939-953, api/model.py:406-452",
         }),
     "0.4.12": _version(
         lm_eval_version_key=True, results_keys=RESULTS_KEYS_0_4_10, json_output_path=True,
         unnamed_model_dir="random", sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=True, mutual_info="appended",
         samples_option=True, samples_doc_id="position", n_samples_effective="scored-last",
+        loglikelihood_batches="same",
+        tok_encode=TOK_DEFAULT,
         task_result_keys=("name", "alias", "sample_len"),
         where={
             "lm_eval_version_key": "loggers/utils.py:97-128",
@@ -319,11 +430,17 @@ KNOWN_VERSIONS = {
             "samples_doc_id": "evaluator.py:624-635, api/task.py:576-606",
             "n_samples_effective": "evaluator_utils.py:190-219, evaluator_utils.py:266-270",
             "stderr": "evaluator_utils.py:210-217",
+            "loglikelihood_batches": "models/huggingface.py:1332-1575, models/huggingface.py:1114-1154, "
+                                     "models/huggingface.py:1043-1066, models/utils.py:232-497, "
+                                     "models/utils_hf.py:8-56, api/model.py:368-446",
+            "tok_encode": "models/huggingface.py:1043-1066, models/utils.py:923-937, api/model.py:408-446",
         }),
     "0.4.13": _version(
         lm_eval_version_key=True, results_keys=RESULTS_KEYS_0_4_10, json_output_path=True,
         unnamed_model_dir="random", sample_keys=SAMPLE_KEYS_0_4_7, acc_bytes=True, mutual_info="appended",
         samples_option=True, samples_doc_id="position", n_samples_effective="scored-max",
+        loglikelihood_batches="same",
+        tok_encode=TOK_DEFAULT,
         task_result_keys=("name", "alias", "sample_len"),
         where={
             "lm_eval_version_key": "loggers/utils.py:101-132",
@@ -347,6 +464,10 @@ KNOWN_VERSIONS = {
             "samples_doc_id": "evaluator.py:628-639, api/task.py:576-606",
             "n_samples_effective": "evaluator_utils.py:189-245, evaluator_utils.py:292-296",
             "stderr": "evaluator_utils.py:215-225",
+            "loglikelihood_batches": "models/huggingface.py:1329-1572, models/huggingface.py:1111-1151, "
+                                     "models/huggingface.py:1040-1063, models/utils.py:238-503, "
+                                     "models/utils_hf.py:8-56, api/model.py:393-471, models/utils.py:551-592",
+            "tok_encode": "models/huggingface.py:1040-1063, models/utils.py:973-987, api/model.py:433-471",
         }),
 }
 

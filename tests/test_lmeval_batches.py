@@ -1,0 +1,217 @@
+"""The forward level in lm-eval's own batches for every release that batches as 0.4.9.2 does
+(evidence_audit/lmeval/rescore.py choose_mode; versions.py loglikelihood_batches), on real lm-eval CLI output.
+
+tests/fixtures/lmeval_versions/<version>/batched/ (tools/make_lmeval_fixtures.py --batched): versions_mc and
+versions_mi scored together at --batch_size 4 with eager attention, by each release in its own environment with the
+audit's transformers, against the release's committed tiny-llama/. There the re-score must EQUAL every logged
+loglikelihood (max |diff| exactly 0), and a loglikelihood moved by one ulp must FAIL. A run that a release batching
+otherwise wrote, or that another transformers ran, is re-scored one unpadded sequence per pass within the dtype's
+tolerance, the reason named in the row. The equality is the batches' own: re-scored one unpadded sequence per pass,
+versions_mi of these runs differed from the logged scores by up to 9.5e-7 on the machine that made them. Each audit
+runs audit.py's main in-process on the tiny model (well under a second each once torch is imported)."""
+import json
+import math
+import shutil
+from importlib.metadata import version as installed
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from evidence_audit import forward, tokens
+from evidence_audit.cli import main
+from evidence_audit.lmeval import rescore
+from evidence_audit.lmeval.fmt import Release
+from evidence_audit.lmeval.versions import KNOWN_VERSIONS
+from lmeval_runs import tampered
+
+pytest.importorskip("torch")
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lmeval_versions"
+# the releases whose batching is 0.4.9.2's (versions.py) and whose batched run was made with the audit's transformers
+BATCHED = ("0.4.9.2", "0.4.10", "0.4.11", "0.4.12")
+SAME = ("0.4.9", "0.4.9.1", "0.4.9.2", "0.4.10", "0.4.11", "0.4.12", "0.4.13")
+BATCH = 4
+TASKS = {"versions_mc": 18, "versions_mi": 36}          # requests: 6 documents x 3 choices (x 2: unconditional too)
+MODE = f"lm-eval's batches of {BATCH} (the same tensors), equality expected"
+
+
+def audit(tmp_path, run, version, *more):
+    """audit.py --lm-eval RUN --forward against the release's committed model and data, in-process: (exit code,
+    report)."""
+    report = tmp_path / "report.json"
+    if report.exists():
+        report.unlink()
+    d = FIXTURES / version
+    code = main(["--lm-eval", str(run), "--forward", "--model", str(d / "tiny-llama"), "--data",
+                 str(d / "data" / "docs.jsonl"), "--report", str(report), *more])
+    return code, json.loads(report.read_text())
+
+
+def rows(report, task):
+    return {r["check"]: r for r in report["checks"] if r["level"] == "forward" and r["experiment"] == task}
+
+
+def results_of(run):
+    found = sorted(run.glob("tiny-llama/results_*.json"))
+    assert len(found) == 1, found
+    return json.loads(found[0].read_text())
+
+
+def padded_batches(version):
+    """The batches lm-eval formed over the batched run's requests (both tasks: one loglikelihood call), as lists of
+    row lengths, rebuilt with the audit's own encoder and lm_eval_groups."""
+    run = FIXTURES / version / "batched"
+    top = results_of(run)
+    encode = rescore.encoder(tokens.load_tokenizer(FIXTURES / version / "tiny-llama" / "tokenizer.json"),
+                             top["config"], top)
+    requests = []
+    for path in sorted(run.glob("tiny-llama/samples_*.jsonl")):
+        for line in path.read_text().splitlines():
+            for arg in json.loads(line)["arguments"].values():
+                ctx, cont = arg["arg_0"], arg["arg_1"]
+                pair = rescore.encode_pair(encode, ctx, cont)[:2] if ctx else rescore.empty_context_pair(encode, cont)
+                requests.append(pair)
+    order = rescore.lm_eval_groups(requests)
+    lengths = [len(requests[rep][0] + requests[rep][1]) - 1 for rep, _ in order]
+    return [lengths[i:i + BATCH] for i in range(0, len(lengths), BATCH)]
+
+
+# ---- the rule -----------------------------------------------------------------------------------------------------
+
+def test_the_releases_batching_as_0_4_9_2_are_the_ones_read_so():
+    same = tuple(v for v in KNOWN_VERSIONS if KNOWN_VERSIONS[v]["loglikelihood_batches"] == "same")
+    assert same == SAME
+    assert set(BATCHED) <= set(SAME)
+
+
+def task(version, bs=BATCH, args="pretrained=m,dtype=float32,attn_implementation=eager"):
+    return SimpleNamespace(run_config={"model_args": args, "batch_size": bs, "device": "cpu"},
+                           release=Release(version if isinstance(version, tuple) else (version,)))
+
+
+def test_choose_mode_names_the_release_the_transformers_and_the_rest():
+    here = installed("transformers")
+    top = {"transformers_version": here}
+    for v in SAME:
+        assert rescore.choose_mode(task(v), top, "cpu", None) == (BATCH, None), v
+    bs, why = rescore.choose_mode(task(("0.4.7", "0.4.8")), top, "cpu", None)       # a run without a version field
+    assert bs is None and why.startswith("lm-eval 0.4.7 or 0.4.8's batching differs from 0.4.9.2's: a context "
+                                         "group's scores are read from its first request's rows"), why
+    bs, why = rescore.choose_mode(task("0.4.12"), {"transformers_version": "4.45.2"}, "cpu", None)
+    assert (bs, why) == (None, f"the run's transformers 4.45.2 is not the audit's {here}: the same tensors are not "
+                               "guaranteed")
+    bs, why = rescore.choose_mode(task("0.4.12"), {}, "cpu", None)
+    assert bs is None and why.startswith("the run records no transformers_version"), why
+    assert "'auto'" in rescore.choose_mode(task("0.4.10", "auto"), top, "cpu", None)[1]
+    assert "sdpa" in rescore.choose_mode(task("0.4.10", args="pretrained=m"), top, "cpu", None)[1]
+    assert "--sample" in rescore.choose_mode(task("0.4.10"), top, "cpu", 5)[1]
+    for v in ("0.4.8", "0.4.5"):       # a wrong release is named before anything else
+        assert "batching differs" in rescore.choose_mode(task(v, "auto"), {}, "cpu", None)[1]
+
+
+# ---- real output of every release that qualifies: equality --------------------------------------------------------
+
+@pytest.mark.parametrize("version", BATCHED)
+def test_the_batched_fixture_is_what_it_says(version):
+    """Made by that release with the audit's transformers, at batch 4, eager, float32; its batches pad (rows of
+    unequal length share a batch) and there is more than one of them."""
+    top = results_of(FIXTURES / version / "batched")
+    assert top["lm_eval_version"] == version and top["transformers_version"] == installed("transformers")
+    assert top["config"]["batch_size"] in (BATCH, str(BATCH))
+    args = rescore.model_args(top["config"])           # a "k=v,..." string to 0.4.9.2, a dict from 0.4.10 on
+    assert args["attn_implementation"] == "eager" and args["dtype"] == "float32" and "mixed_precision_dtype" not in args
+    batches = padded_batches(version)
+    assert len(batches) > 2 and any(len(set(b)) > 1 for b in batches), batches
+
+
+@pytest.mark.parametrize("version", BATCHED)
+def test_every_release_that_batches_as_0_4_9_2_equals_lm_eval_in_its_batches(version, tmp_path):
+    code, report = audit(tmp_path, FIXTURES / version / "batched", version)
+    assert code == 0, [r["first_failure"] or r["note"] for r in report["checks"] if r["status"] == "FAIL"]
+    for name, n in TASKS.items():
+        fwd = rows(report, name)
+        assert [fwd[c]["status"] for c in (rescore.RESCORED, rescore.ARGMAX, rescore.GREEDY)] == ["PASS"] * 3, fwd
+        assert MODE in fwd[rescore.RESCORED]["note"]
+        fig = report["details"][name]["forward"]
+        assert fig["mode"] == MODE and fig["batch_size"] == BATCH and fig["tolerance"] == 0.0
+        assert fig["requests"] == n and fig["max_abs_diff"] == 0.0 and fig["moved"] == []
+
+
+@pytest.mark.parametrize("version", BATCHED)
+def test_a_loglikelihood_moved_by_one_ulp_fails_in_lm_evals_batches(version, tmp_path):
+    """One ulp (the next float up) on one logged loglikelihood, no prediction moved: FAIL naming the document in
+    lm-eval's batches; the same edit passes one unpadded sequence per pass (--sample), where the tolerance hides it."""
+    moved = {}
+
+    def nudge(lines):
+        ll = float(lines[2]["resps"][1][0][0])
+        new = math.nextafter(ll, math.inf)
+        lines[2]["resps"][1][0][0] = lines[2]["filtered_resps"][1][0] = repr(new)
+        moved.update(doc=lines[2]["doc_id"], by=new - ll)
+    run = tampered(FIXTURES / version / "batched", tmp_path, "versions_mc", nudge)
+    assert 0 < moved["by"] < 1e-15
+    code, report = audit(tmp_path, run, version, "--task", "versions_mc")
+    fwd = rows(report, "versions_mc")
+    bad = fwd[rescore.RESCORED]
+    assert code == 1 and bad["status"] == "FAIL" and len(bad["failures"]) == 1, bad
+    assert bad["first_failure"].startswith(f"doc_id {moved['doc']} (line 3") and "equality expected" in \
+        bad["first_failure"]
+    assert fwd[rescore.ARGMAX]["status"] == "PASS"
+    assert report["details"]["versions_mc"]["forward"]["moved"] == [moved["doc"]]
+    code, report = audit(tmp_path, run, version, "--task", "versions_mc", "--sample", "100")
+    assert code == 0 and rows(report, "versions_mc")[rescore.RESCORED]["status"] == "PASS"
+
+
+# ---- runs the rule keeps out: the tolerance, the reason named -----------------------------------------------------
+
+def tolerance_row(report, name="versions_mc"):
+    fwd, fig = rows(report, name), report["details"][name]["forward"]
+    assert fwd[rescore.RESCORED]["status"] == "PASS", fwd
+    assert fig["batch_size"] is None and fig["tolerance"] == forward.TOLERANCE["float32"]
+    assert fig["mode"].startswith("one unpadded sequence per pass, tolerance 0.0001 (")
+    return fig["mode"]
+
+
+@pytest.mark.parametrize("version,run,says", [
+    ("0.4.5", "run", "lm-eval 0.4.5's batching differs from 0.4.9.2's: a context group's scores are read from its "
+                     "first request's rows, not its longest continuation's;"),
+    ("0.4.9.1", "run", "the run's transformers 4.55.4 is not the audit's "),
+    ("0.4.13", "run", "the run's transformers 5.24.0 is not the audit's "),
+    # batch 4, eager, batching as 0.4.9.2 does: the transformers alone keeps it out
+    ("0.4.13", "batched", "the run's transformers 5.24.0 is not the audit's "),
+])
+def test_real_runs_of_releases_that_do_not_qualify_name_the_reason(version, run, says, tmp_path):
+    code, report = audit(tmp_path, FIXTURES / version / run, version)
+    assert code == 0
+    for name in TASKS:
+        assert says in tolerance_row(report, name)
+
+
+def test_a_batched_run_relabelled_as_another_release_or_transformers_leaves_lm_evals_batches(tmp_path):
+    """The real 0.4.9.2 batched run said to be another transformers': the same scores, re-scored unpadded within the
+    tolerance, the reason named."""
+    for edit, says in ((lambda r: r.update(transformers_version="4.45.2"), "the run's transformers 4.45.2 is not"),):
+        run = tampered(FIXTURES / "0.4.9.2" / "batched", tmp_path, "versions_mc", edit_results=edit)
+        code, report = audit(tmp_path, run, "0.4.9.2", "--task", "versions_mc")
+        assert code == 0 and says in tolerance_row(report)
+        shutil.rmtree(run)
+
+
+@pytest.mark.parametrize("run", ["default", "add_bos_token"])
+def test_a_0_4_9_1_run_in_its_batches_equals_the_logged_scores_given_the_audits_transformers(run, tmp_path):
+    """0.4.9.1 batches as 0.4.9.2 does on its own token ids (versions.py): its real batch-4 runs (the bos/ fixtures:
+    a tokenizer that adds BOS, which 0.4.9.1 leaves out unless add_bos_token) were made with transformers 4.55.4,
+    so the audit keeps them out of lm-eval's batches; with transformers_version set to the audit's, lm-eval's
+    batches reproduce every logged score exactly."""
+    d = FIXTURES / "0.4.9.1" / "bos"
+    here = installed("transformers")
+    out = tampered(d / run, tmp_path, "versions_mc", edit_results=lambda r: r.update(transformers_version=here))
+    report = tmp_path / "report.json"
+    code = main(["--lm-eval", str(out), "--forward", "--model", str(d / "tiny-llama"), "--data",
+                 str(FIXTURES / "0.4.9.1" / "data" / "docs.jsonl"), "--report", str(report)])
+    got = json.loads(report.read_text())
+    assert code == 0, [r["first_failure"] or r["note"] for r in got["checks"] if r["status"] == "FAIL"]
+    for name in TASKS:
+        fig = got["details"][name]["forward"]
+        assert fig["mode"] == MODE and fig["max_abs_diff"] == 0.0 and fig["moved"] == [], fig
