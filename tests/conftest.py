@@ -12,6 +12,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
+# Two pytest-xdist workers share the 2 vCPUs: every torch process they start (run.py, audit.py, harness, and torch
+# inside the workers) gets one intra-op thread, so that two of them never run four threads on two CPUs (a torch
+# thread that waits for a busy CPU made passes many times slower). config.py reads EVAL_TORCH_THREADS; a value the
+# user set is kept. Agreement is exact at any thread count; tests/test_kernel_paths.py runs 1, 2 and 3 on purpose.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("EVAL_TORCH_THREADS", "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread_per_worker():
+    """torch inside a worker (lm-eval and the scoring paths run in-process in some tests) at EVAL_TORCH_THREADS."""
+    if "EVAL_TORCH_THREADS" in os.environ and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(os.environ["EVAL_TORCH_THREADS"]))
+
 
 def pytest_collection_modifyitems(config, items):
     """The unit tier (-m "not slow") never prepares the real model: a test that reaches prepared_cache through any

@@ -30,7 +30,8 @@ SETTINGS = {              # name -> (environment, run.py flags): a kernel variab
     "MKL_ENABLE_INSTRUCTIONS=AVX2, threads 1": ({"MKL_ENABLE_INSTRUCTIONS": "AVX2"}, ["--threads", "1"]),
     "MKL_ENABLE_INSTRUCTIONS=SSE4_2, threads 3": ({"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}, ["--threads", "3"]),
     "ATEN_CPU_CAPABILITY=avx2, float16": ({"ATEN_CPU_CAPABILITY": "avx2"}, ["--dtype", "float16"]),
-    "ATEN_CPU_CAPABILITY=default, bfloat16": ({"ATEN_CPU_CAPABILITY": "default"}, ["--dtype", "bfloat16"]),
+    "ATEN_CPU_CAPABILITY=default, bfloat16, threads 2": ({"ATEN_CPU_CAPABILITY": "default"},
+                                                        ["--dtype", "bfloat16", "--threads", "2"]),
 }
 KERNEL_VARIABLES = KERNEL_ENV        # every variable environment.json records: unset but for a run's own
 
@@ -74,9 +75,9 @@ def test_every_kernel_path_thread_count_and_dtype_agrees_exactly(prepared_cache,
     kernels = json.loads((out / "environment.json").read_text())["kernels"]
     assert {k: kernels["env"].get(k) for k in env} == env                      # the settings were the ones in force
     assert {k: v for k, v in kernels["env"].items() if v is not None} == env    # and no other kernel variable
-    option, value = flags
-    for name in (*EXPERIMENTS, GENERATING):
-        scoring_config = json.loads((out / name / "identity.json").read_text())["scoring_config"]
-        assert scoring_config[option[2:]] == (int(value) if option == "--threads" else value), name
-    if option == "--threads":
-        assert kernels["torch_threads"] == int(value)
+    for option, value in zip(flags[::2], flags[1::2]):
+        for name in (*EXPERIMENTS, GENERATING):
+            scoring_config = json.loads((out / name / "identity.json").read_text())["scoring_config"]
+            assert scoring_config[option[2:]] == (int(value) if option == "--threads" else value), name
+        if option == "--threads":
+            assert kernels["torch_threads"] == int(value)
