@@ -22,7 +22,7 @@ from pathlib import Path
 
 from evidence_audit.checks import FORWARD, MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first
-from evidence_audit.model_files import is_local, rehash_problems, weights_of
+from evidence_audit.model_files import check_model_dir, is_local, rehash_problems
 from evidence_audit.reading import read_json, sha256_file
 
 # max |recomputed - recorded| per candidate score (nats) for the forward level to pass, per scored dtype. A flipped
@@ -60,7 +60,7 @@ def load_llama(model_dir):
     import torch
     from safetensors.torch import load_file
 
-    paths = weights_of(model_dir)      # model.safetensors or its shards, each inside model_dir
+    paths = check_model_dir(model_dir)      # model.safetensors or its shards, each inside model_dir
     if not paths:
         return None, f"{model_dir} holds neither model.safetensors nor model.safetensors.index.json"
     key = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths)

@@ -103,19 +103,21 @@ ELEMENT_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16":
 SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
          "num_key_value_heads", "head_dim", "max_position_embeddings", "n_embd", "n_layer", "n_head", "n_inner",
          "n_positions", "n_ctx", "d_model", "num_layers", "ffn_dim", "num_heads")
-_CHECKED = set()
+_CHECKED = {}   # the key check_model_dir computes -> the weight files it vouched for
 
 
 def check_model_dir(model_dir):
     """Raise Unreadable (one line naming the directory or file) unless --model DIR may be read (module docstring).
-    Checked once per directory, size and modification time of its files."""
+    Checked once per directory, size and modification time of its files. Returns [Path] of the safetensors files
+    that hold the weights: model.safetensors, or every shard its index names (each inside the directory); [] when
+    neither."""
     root = Path(model_dir).resolve()
     if not root.is_dir():
         raise Unreadable(f"--model {model_dir}: not a directory")
     files = model_listing(root)
     key = (str(root),) + tuple((rel, p.stat().st_size, p.stat().st_mtime_ns) for rel, p in sorted(files.items()))
     if key in _CHECKED:
-        return
+        return _CHECKED[key]
     shards = weight_files(root, files)
     refuse_unread(root, files, shards)
     cfg = read_json(root / "config.json", MAX_JSON_BYTES) if "config.json" in files else {}
@@ -124,15 +126,8 @@ def check_model_dir(model_dir):
     check_sizes(root, cfg)
     check_tokenizer_files(root, files)
     check_headers(root, cfg, shards)
-    _CHECKED.add(key)
-
-
-def weights_of(model_dir):
-    """[Path] of the safetensors files that hold model_dir's weights: model.safetensors, or every shard its index
-    names (after check_model_dir: each inside the directory, nothing else a loader would read); [] when neither."""
-    check_model_dir(model_dir)
-    root = Path(model_dir).resolve()
-    return [root / rel for rel in weight_files(root, model_listing(root))]
+    _CHECKED[key] = [root / rel for rel in shards]
+    return _CHECKED[key]
 
 
 def model_listing(root):

@@ -68,8 +68,8 @@ from evidence_audit.lmeval.fmt import ROLLING
 from evidence_audit.lmeval.metrics import builtin_sum
 from evidence_audit.lmeval.persample import LOGLIKELIHOOD
 from evidence_audit.lmeval.versions import BATCHES_DIFFER, BATCHES_SAME, KNOWN_VERSIONS, TOK_ADD_BOS, TOK_ENCODE
-from evidence_audit.model_files import INDEX, check_model_dir, weights_of
-from evidence_audit.reading import Unreadable
+from evidence_audit.model_files import INDEX, MAX_JSON_BYTES, check_model_dir
+from evidence_audit.reading import Unreadable, read_json
 
 SAMPLE_SALT = "lmeval-forward-sample-v1"
 BOUNDARIES = "continuation token boundaries (model's tokenizer, lm-eval's _encode_pair)"
@@ -238,14 +238,21 @@ def tokenising_rule(t, top):
 
 
 def model_type(model_dir):
-    """config.json's model_type of --model DIR ("" when absent or unreadable): the releases of tok_encode
-    "add_bos_token" add a BOS token for every model_type containing "gemma"."""
-    path = Path(model_dir) / "config.json" if model_dir else None
-    try:
-        kind = json.loads(path.read_text(encoding="utf-8")).get("model_type") if path and path.is_file() else ""
-    except (OSError, ValueError, AttributeError):
-        kind = ""
+    """config.json's model_type of --model DIR ("" when absent; check_model_dir has read the file before): the
+    releases of tok_encode "add_bos_token" add a BOS token for every model_type containing "gemma"."""
+    path = Path(model_dir) / "config.json"
+    cfg = read_json(path, MAX_JSON_BYTES) if path.is_file() else {}
+    kind = cfg.get("model_type") if isinstance(cfg, dict) else None
     return kind if isinstance(kind, str) else ""
+
+
+def run_encoder(tok, t, top, model_dir):
+    """(encode, None): encoder() under the tok_encode rule of the release(s) that wrote t's run (tokenising_rule)
+    for --model DIR's model_type; or (None, why) when that rule is unknown."""
+    rule, why = tokenising_rule(t, top)
+    if rule is None:
+        return None, why
+    return encoder(tok, t.run_config, top, rule, model_type(model_dir)), None
 
 
 def encoder(tok, run_config, top, rule=None, kind=""):
@@ -337,19 +344,18 @@ def boundary_rows(C, t, model_dir, top):
     if tok_path is None or not tok_path.exists():
         C.skip(t.label, IDENTITY, BOUNDARIES, f"needs --model DIR with tokenizer.json (found {tok_path})")
         return None
-    rule, why = tokenising_rule(t, top)
-    if rule is None:
+    tok = tokens.load_tokenizer(tok_path)
+    encode, why = run_encoder(tok, t, top, model_dir)
+    if encode is None:
         C.skip(t.label, IDENTITY, BOUNDARIES, why)
         return None
-    tok = tokens.load_tokenizer(tok_path)
     bad = []
     special_tokens(bad, tok, top)
-    encode = encoder(tok, t.run_config, top, rule, model_type(model_dir))
     out, more, not_prefix = task_ids(t.samples, encode)
     bad += more
     C.add(t.label, IDENTITY, BOUNDARIES, len(out), bad,
           note=f"{tok_path}; tokenised as lm-eval {' or '.join(map(str, run_versions(t, top)))} does (versions.py "
-               f"tok_encode {rule!r}, add_special_tokens {special_note(encode)}); {not_prefix} requests whose "
+               f"tok_encode {encode.rule!r}, add_special_tokens {special_note(encode)}); {not_prefix} requests whose "
                "context tokens are not a prefix of context+continuation")
     return None if bad else out
 
@@ -489,10 +495,9 @@ def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok):
     tasks, why = run_tasks(t, top) if batch_size else ([(t.name, t.samples)], None)
     if tasks is None:
         return None, None, why
-    rule, why = tokenising_rule(t, top)
-    if rule is None:
+    encode, why = run_encoder(tok, t, top, model_dir)
+    if encode is None:
         return None, None, why
-    encode = encoder(tok, t.run_config, top, rule, model_type(model_dir))
     requests, names = [], []
     for name, samples in tasks:
         ids, bad, _ = task_ids(samples, encode)
@@ -511,7 +516,7 @@ def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok):
 
 def model_row(C, t, model_dir, check=RESCORED):
     """Row "model (parameters == results' model_num_parameters)"; False after a SKIPPED row `check`."""
-    weights = weights_of(model_dir) if model_dir else []   # model.safetensors or every shard of its index
+    weights = check_model_dir(model_dir) if model_dir else []   # model.safetensors or every shard of its index
     if not weights:
         C.skip(t.label, FORWARD, check, f"needs --model DIR with model.safetensors or model.safetensors.index.json "
                                         f"(found neither in {model_dir})")
@@ -746,11 +751,10 @@ def rolling_rows(C, t, model_dir, top, sample_n, device):
         return None
     tok, bad = tokens.load_tokenizer(tok_path), []
     special_tokens(bad, tok, top)
-    rule, why = tokenising_rule(t, top)
-    if rule is None:
+    encode, why = run_encoder(tok, t, top, model_dir)
+    if encode is None:
         C.skip(t.label, FORWARD, check, why)
         return None
-    encode = encoder(tok, t.run_config, top, rule, model_type(model_dir))
     if encode.prefix_id is None:
         C.skip(t.label, FORWARD, check, "the results name no bos or eos token: the first window's prefix token "
                                         "(HFLM.prefix_token_id) is unknown")
