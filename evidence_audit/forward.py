@@ -22,6 +22,7 @@ from pathlib import Path
 
 from evidence_audit.checks import FORWARD, MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first
+from evidence_audit.llama_config import llama_hparams
 from evidence_audit.model_files import check_model_dir, is_local, rehash_problems
 from evidence_audit.reading import read_json, sha256_file
 
@@ -35,6 +36,18 @@ from evidence_audit.reading import read_json, sha256_file
 # 2026-12-02): bfloat16 max 0.375, p99 0.375, median 0.094 (2 of 16 predictions flipped); float16 max 0 there, and 0.06
 # in ARCHITECTURE.md's measurement of a row alone vs in a padded batch. Each tolerance is twice the largest seen.
 TOLERANCE = {"float32": 1e-4, "bfloat16": 0.75, "float16": 0.12}
+# How far honest noise moves the margin between two choices of one document (their scores share the context, so
+# the margin moves less than either score): a flipped prediction whose recomputed margin is within it is a near-tie
+# (named, not failed), past it a failure. Each is twice the largest margin change measured between CPUs and kernel
+# paths (docs/forward-dtypes.md, tools/measure_kernel_paths.py): float32 1.3e-5 (kept at the score tolerance),
+# bfloat16 0.125, float16 (not measured on another CPU: the score tolerance).
+MARGIN_TOLERANCE = {"float32": 1e-4, "bfloat16": 0.25, "float16": 0.12}
+# A systematic shift: honest differences between kernels average out, an edit that moves every score one way does
+# not. The mean signed difference (recorded - recomputed) must lie within SHIFT_FLOOR[dtype] + SHIFT_Z standard
+# errors; the floor is twice the largest |mean| measured between CPUs, kernel paths and thread counts on the same
+# requests (docs/forward-dtypes.md, tools/measure_kernel_paths.py).
+SHIFT_FLOOR = {"float32": 2e-5, "bfloat16": 0.05, "float16": 0.01}
+SHIFT_Z = 4
 FORWARD_TOL = TOLERANCE["float32"]   # the float32 figure, which the other forward checks (extraction, lm-eval) use
 
 _MODELS = {}
@@ -63,11 +76,13 @@ def load_llama(model_dir):
     paths = check_model_dir(model_dir)      # model.safetensors or its shards, each inside model_dir
     if not paths:
         return None, f"{model_dir} holds neither model.safetensors nor model.safetensors.index.json"
-    key = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in paths)
-    if key not in _MODELS:
-        hp, why = read_json(Path(model_dir) / "config.json"), supports_own(model_dir)
+    cfg = Path(model_dir) / "config.json"
+    key = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in [cfg, *paths])   # config.json too: a
+    if key not in _MODELS:                                                                  # relabelled head is new
+        why = supports_own(model_dir)
         if why:
             return None, f"audit.py's forward pass supports plain Llama only; {why}"
+        hp = llama_hparams(read_json(cfg))
         W = {}
         for path in paths:
             W.update({k: v.to(torch.float32) for k, v in load_file(str(path)).items()})
@@ -83,9 +98,8 @@ def llama_logprobs(model, ids):
     cache_key = (key, tuple(ids))
     if cache_key in _SCORES:
         return _SCORES[cache_key]
-    d, nh, nkv = hp["hidden_size"], hp["num_attention_heads"], hp["num_key_value_heads"]
-    hd = hp.get("head_dim") or d // nh
-    eps, theta = hp["rms_norm_eps"], rope_theta_of(hp)
+    nh, nkv, hd = hp["num_attention_heads"], hp["num_key_value_heads"], hp["head_dim"]
+    eps, theta = hp["rms_norm_eps"], hp["rope_theta"]
     T = len(ids)
 
     def rmsnorm(x, w):
@@ -115,7 +129,7 @@ def llama_logprobs(model, ids):
             gate, up = h @ W[p + "mlp.gate_proj.weight"].T, h @ W[p + "mlp.up_proj.weight"].T
             x = x + (torch.nn.functional.silu(gate) * up) @ W[p + "mlp.down_proj.weight"].T
         x = rmsnorm(x, W["model.norm.weight"])
-        head = W["model.embed_tokens.weight"] if hp.get("tie_word_embeddings", True) or "lm_head.weight" not in W \
+        head = W["model.embed_tokens.weight"] if hp["tie_word_embeddings"] or "lm_head.weight" not in W \
             else W["lm_head.weight"]
         out = torch.log_softmax(x @ head.T, dim=-1)
     _SCORES[cache_key] = out
@@ -140,22 +154,32 @@ def rope_theta_of(hp):
 
 
 def supports_own(model_dir):
-    """None when audit.py's own Llama pass covers the model in model_dir, else the reason it does not."""
-    hp = read_json(Path(model_dir) / "config.json")
-    unsupported = [f"{k}={hp.get(k)!r}" for k, ok in (
-        ("model_type", hp.get("model_type") == "llama"), ("rope_scaling", hp.get("rope_scaling") is None),
-        ("rope_theta", rope_theta_of(hp) is not None),
-        ("hidden_act", hp.get("hidden_act") == "silu"), ("attention_bias", not hp.get("attention_bias")),
-        ("mlp_bias", not hp.get("mlp_bias"))) if not ok]
+    """None when audit.py's own Llama pass covers the model in model_dir, else the reason it does not (every field
+    read with transformers' LlamaConfig default: llama_config.py)."""
+    raw = read_json(Path(model_dir) / "config.json")
+    if not (isinstance(raw, dict) and raw.get("model_type") == "llama"):
+        return f"this model has model_type={raw.get('model_type') if isinstance(raw, dict) else None!r}"
+    try:
+        hp = llama_hparams(raw)
+    except ValueError as e:
+        return str(e)
+    unsupported = [f"{k}={hp[k]!r}" for k, ok in (
+        ("rope_scaling", hp["rope_scaling"] is None), ("hidden_act", hp["hidden_act"] == "silu"),
+        ("attention_bias", not hp["attention_bias"]), ("mlp_bias", not hp["mlp_bias"])) if not ok]
     return f"this model has {', '.join(unsupported)}" if unsupported else None
 
 
-def own_llama_batch(model, ids, dtype):
+ATTENTIONS = ("eager", "sdpa")      # the attention implementations the own Llama pass computes as transformers does
+
+
+def own_llama_batch(model, ids, dtype, attention="eager"):
     """Logits [B, T, vocab] of the padded batch `ids` (LongTensor [B, T], no attention mask: the causal mask keeps
     every real position from the pads after it) from the audit's own Llama, in `dtype`. Where the dtype's rounding
     depends on the order of operations it follows the definition as Hugging Face's Llama computes it: rmsnorm in
-    float32 and cast back before the weight; rotary cos/sin in float32, cast; attention logits scaled in the dtype,
-    their softmax in float32, cast; every projection a linear layer in the dtype; the causal mask as -inf."""
+    float32 and cast back before the weight; rotary cos/sin in float32, cast; every projection a linear layer in the
+    dtype. Attention `eager`: logits scaled in the dtype, their softmax in float32, cast, the causal mask as -inf;
+    `sdpa`: torch's scaled_dot_product_attention on the same q, k, v (is_causal, no mask, grouped-query heads
+    shared), as transformers' sdpa attention calls it for an unmasked batch (lm-eval passes no attention mask)."""
     import torch
     import torch.nn.functional as F
 
@@ -164,9 +188,8 @@ def own_llama_batch(model, ids, dtype):
     if wkey not in _WEIGHTS:
         _WEIGHTS[wkey] = {k: v.to(getattr(torch, dtype)) for k, v in W32.items()}
     W = _WEIGHTS[wkey]
-    d, nh, nkv = hp["hidden_size"], hp["num_attention_heads"], hp["num_key_value_heads"]
-    hd = hp.get("head_dim") or d // nh
-    eps, theta = hp["rms_norm_eps"], rope_theta_of(hp)
+    nh, nkv, hd = hp["num_attention_heads"], hp["num_key_value_heads"], hp["head_dim"]
+    eps, theta = hp["rms_norm_eps"], hp["rope_theta"]
     B, T = ids.shape
 
     def rmsnorm(x, w):
@@ -190,16 +213,20 @@ def own_llama_batch(model, ids, dtype):
             k = F.linear(h, W[p + "self_attn.k_proj.weight"]).view(B, T, -1, hd).transpose(1, 2)
             v = F.linear(h, W[p + "self_attn.v_proj.weight"]).view(B, T, -1, hd).transpose(1, 2)
             q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-            k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)  # grouped-query
-            att = torch.matmul(q, k.transpose(2, 3)) * hd ** -0.5
-            att = torch.softmax(att.to(torch.float32).masked_fill(causal, float("-inf")), dim=-1).to(q.dtype)
-            o = torch.matmul(att, v).transpose(1, 2).reshape(B, T, -1)
+            if attention == "sdpa":     # torch's fused kernel, grouped-query heads shared, causal without a mask
+                o = F.scaled_dot_product_attention(q, k, v, scale=hd ** -0.5, is_causal=T > 1, enable_gqa=nh != nkv)
+                o = o.transpose(1, 2).contiguous().reshape(B, T, -1)
+            else:
+                k, v = k.repeat_interleave(nh // nkv, dim=1), v.repeat_interleave(nh // nkv, dim=1)  # grouped-query
+                att = torch.matmul(q, k.transpose(2, 3)) * hd ** -0.5
+                att = torch.softmax(att.to(torch.float32).masked_fill(causal, float("-inf")), dim=-1).to(q.dtype)
+                o = torch.matmul(att, v).transpose(1, 2).reshape(B, T, -1)
             x = x + F.linear(o, W[p + "self_attn.o_proj.weight"])
             h = rmsnorm(x, W[p + "post_attention_layernorm.weight"])
             gate, up = F.linear(h, W[p + "mlp.gate_proj.weight"]), F.linear(h, W[p + "mlp.up_proj.weight"])
             x = x + F.linear(F.silu(gate) * up, W[p + "mlp.down_proj.weight"])
         x = rmsnorm(x, W["model.norm.weight"])
-        head = W["model.embed_tokens.weight"] if hp.get("tie_word_embeddings", True) or "lm_head.weight" not in W \
+        head = W["model.embed_tokens.weight"] if hp["tie_word_embeddings"] or "lm_head.weight" not in W \
             else W["lm_head.weight"]
         return F.linear(x, head)
 
@@ -216,36 +243,39 @@ class Scorer:
         self.label, self.dtype, self.logits = label, dtype, logits
 
 
-def load_scorer(model_dir, dtype):
-    """(Scorer, None) for the model in model_dir in `dtype`: the audit's own Llama pass when it covers the model,
-    else transformers' implementation named by config.json (never custom code, safetensors only, eager attention);
-    or (None, why not)."""
+def load_scorer(model_dir, dtype, attention="eager"):
+    """(Scorer, None) for the model in model_dir in `dtype` with `attention` (ATTENTIONS): the audit's own Llama pass
+    when it covers the model, else transformers' implementation named by config.json (never custom code,
+    safetensors only); or (None, why not)."""
     if supports_own(model_dir) is None:
         model, why = load_llama(model_dir)
         if model is None:
             return None, why
-        return Scorer("audit.py's own Llama forward", dtype, lambda ids: own_llama_batch(model, ids, dtype)), None
-    return load_transformers(model_dir, dtype)
+        label = "audit.py's own Llama forward" + (f" ({attention} attention)" if attention != "eager" else "")
+        return Scorer(label, dtype, lambda ids: own_llama_batch(model, ids, dtype, attention)), None
+    return load_transformers(model_dir, dtype, attention)
 
 
-def load_transformers(model_dir, dtype):
-    """(Scorer, None) running transformers' own class for config.json's architecture, or (None, why not)."""
+def load_transformers(model_dir, dtype, attention="eager"):
+    """(Scorer, None) running transformers' own class for config.json's architecture with `attention`, or (None,
+    why not)."""
     import torch
     try:
         from transformers import AutoModelForCausalLM
     except ImportError as e:
         return None, f"not the audit's own architecture ({supports_own(model_dir)}) and transformers is absent ({e})"
-    key = (str(Path(model_dir).resolve()), dtype)
+    key = (str(Path(model_dir).resolve()), dtype, attention)
     if key not in _MODELS:
         try:
             model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
-                                                         attn_implementation="eager", use_safetensors=True,
+                                                         attn_implementation=attention, use_safetensors=True,
                                                          trust_remote_code=False, local_files_only=True)
         except (OSError, ValueError, KeyError, RuntimeError) as e:
             return None, f"transformers could not load {model_dir}: {str(e).splitlines()[0][:200]}"
         _MODELS[key] = model.train(False)     # inference mode (dropout off), as eval() sets
     model = _MODELS[key]
-    label = f"transformers' {type(model).__name__}, not the audit's own"
+    label = f"transformers' {type(model).__name__}" + (f" ({attention} attention)" if attention != "eager" else "") \
+        + ", not the audit's own"
     return Scorer(label, dtype, lambda ids: model(ids).logits), None
 
 
@@ -384,12 +414,13 @@ def spread_text(f):
     return f"max {f['max']:.3g}, p99 {f['p99']:.3g}, median {f['median']:.3g}"
 
 
-def compare_scores(records, recomputed, key_of, where_of, pred_field, tol, bad):
+def compare_scores(records, recomputed, key_of, where_of, pred_field, tol, bad, margin_tol=None):
     """Every recorded score of both paths against `recomputed` ({key: [(score, greedy)] per candidate}); a score
     over `tol` appended to `bad` (when bad is not None). Returns the figures: per path the spread of |diff|, the
     worst candidate, the items moved past tol, the predictions and is_greedy that the recomputed scores flip."""
-    diffs = {"official": [], "independent": []}
+    diffs, signed = {"official": [], "independent": []}, []
     worst, moved, flips, greedy_flips = None, set(), {"official": [], "independent": []}, []
+    near = []
     for r in records:
         w, got = where_of(r), recomputed[key_of(r)]
         scores = [s for s, _ in got]
@@ -397,6 +428,8 @@ def compare_scores(records, recomputed, key_of, where_of, pred_field, tol, bad):
             for j, (s_new, s_rec) in enumerate(zip(scores, r[side]["scores"])):
                 d = abs(s_new - s_rec)
                 diffs[side].append(d)
+                if side == "official":
+                    signed.append(s_rec - s_new)
                 if worst is None or d > worst["abs_diff"]:
                     worst = {"abs_diff": d, "idx": r["idx"], "path": side, "candidate": j}
                 if not d <= tol:
@@ -404,12 +437,31 @@ def compare_scores(records, recomputed, key_of, where_of, pred_field, tol, bad):
                     if bad is not None:
                         bad.append(f"{w} {side}.scores[{j}]: recorded {s_rec!r}, recomputed {s_new!r} "
                                    f"(|diff| {d:.3g} > tolerance {tol:g})")
-            if r[side][pred_field] != argmax_first(scores):
+            pred, best = r[side][pred_field], argmax_first(scores)
+            near_tie = margin_tol if margin_tol is not None else tol
+            if pred != best and math.isfinite(tol) and isinstance(pred, int) and 0 <= pred < len(scores) \
+                    and scores[best] - scores[pred] <= near_tie:     # within what noise moves a margin
+                near.append(f"{w} {side}.{pred_field} (recomputed margin {scores[best] - scores[pred]:.3g})")
+            elif pred != best:
                 flips[side].append(w)
         if r["official"]["is_greedy"] != [g for _, g in got]:
             greedy_flips.append(w)
+    n = len(signed)
+    mean = sum(signed) / n if n else 0.0
+    sd = math.sqrt(sum((x - mean) ** 2 for x in signed) / (n - 1)) if n > 1 else 0.0
     return {"official": spread(diffs["official"]), "independent": spread(diffs["independent"]), "worst": worst,
-            "moved_past_tolerance": sorted(moved), "argmax_flips": flips, "is_greedy_flips": greedy_flips}
+            "moved_past_tolerance": sorted(moved), "argmax_flips": flips, "is_greedy_flips": greedy_flips,
+            "near_ties": near, "mean_signed_diff": mean, "sd_signed_diff": sd}
+
+
+def shift_problem(n, mean, sd, dtype, tol):
+    """A line when the mean signed difference `mean` of n scores (standard deviation sd) is past SHIFT_FLOOR[dtype]
+    + SHIFT_Z standard errors (tol 0: equality, any mean but 0), else None."""
+    bound = 0.0 if not tol else SHIFT_FLOOR[dtype] + SHIFT_Z * sd / math.sqrt(max(n, 1))
+    if abs(mean) <= bound:
+        return None
+    return (f"mean of recorded - recomputed {mean:+.3g} (sd {sd:.3g}, {n} scores) past {bound:.3g} "
+            f"({SHIFT_FLOOR[dtype]:g} + {SHIFT_Z} standard errors): the scores are shifted, not noisy")
 
 
 def rescore(scorer, records, tokens, key_of, batch_size):
@@ -445,13 +497,18 @@ def audit_candidate_scores(C, name, ident, records, tokens, model_dir, key_of=la
     t0 = time.perf_counter()
     bad_scores = []
     main = compare_scores(records, rescore(scorer, records, tokens, key_of, size), key_of, where_of, pred_field,
-                          tol, bad_scores)
+                          tol, bad_scores, MARGIN_TOLERANCE[dtype])
+    shifted = shift_problem(sum(len(r["candidates"]) for r in records), main["mean_signed_diff"],
+                            main["sd_signed_diff"], dtype, tol)
+    if shifted:
+        bad_scores.append(shifted)
     figures = {"mode": mode, "implementation": scorer.label, "dtype": dtype, "tolerance": tol,
                "max_abs_diff_official": main["official"]["max"], "max_abs_diff_independent": main["independent"]["max"],
                **main}
     note = (f"{dtype}, {scorer.label}, {mode}; |recomputed - official| {spread_text(main['official'])}, "
             f"|recomputed - independent| {spread_text(main['independent'])} (tolerance {tol:g}); "
-            f"{len(main['moved_past_tolerance'])} item(s) past it")
+            f"{len(main['moved_past_tolerance'])} item(s) past it; mean of recorded - recomputed "
+            f"{main['mean_signed_diff']:+.3g}")
     if beside is not None:
         b = compare_scores(records, rescore(beside, records, tokens, key_of, 1), key_of, where_of, pred_field,
                            math.inf, None)
@@ -465,8 +522,10 @@ def audit_candidate_scores(C, name, ident, records, tokens, model_dir, key_of=la
     bad_greedy = [f"{w} official.is_greedy: recorded value differs from the recomputed {dtype} greedy check"
                   for w in main["is_greedy_flips"]]
     C.add(name, FORWARD, FORWARD_CHECKS[0], sum(len(r["candidates"]) for r in records), bad_scores, note=note)
+    ties = (f"; near-ties (recomputed margin within {MARGIN_TOLERANCE[dtype]:g}, not failed): "
+            f"{', '.join(main['near_ties'])}") if main["near_ties"] else ""
     C.add(name, FORWARD, FORWARD_CHECKS[1], len(records), bad_pred,
-          note=f"{len(bad_pred)} flip(s) against the {dtype} re-score")
+          note=f"{len(bad_pred)} flip(s) against the {dtype} re-score{ties}")
     C.add(name, FORWARD, FORWARD_CHECKS[2], len(records), bad_greedy,
           note=f"{len(bad_greedy)} flip(s) against the {dtype} re-score")
     figures.update(seconds=round(time.perf_counter() - t0, 2), threads=torch.get_num_threads())

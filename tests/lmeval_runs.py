@@ -151,3 +151,11 @@ def tampered(run, tmp_path, task, edit_samples=None, edit_results=None):
         edit_results(r)
         path.write_text(json.dumps(r, indent=2, ensure_ascii=False), encoding="utf-8")
     return copy
+
+
+def env_info(cpu):
+    """pretty_env_info lines (torch's collect_env with lscpu's) describing kernels.CPU `cpu`, as lm-eval records
+    them: a run "made on" that machine."""
+    return (f"PyTorch version: {cpu.torch}\nIs CUDA available: False\nCPU:\nVendor ID: {cpu.vendor}\n"
+            f"Model name: {cpu.name}\nCPU family: {cpu.family}\nModel: {cpu.model}\nCore(s) per socket: "
+            f"{cpu.cores}\nSocket(s): 1\nFlags: {' '.join(sorted(cpu.flags))}\n")

@@ -19,6 +19,9 @@ from evidence_audit import forward                                    # noqa: E4
 from evidence_audit.checks import Checks                              # noqa: E402
 from evidence_audit.reading import sha256_file                        # noqa: E402
 
+# whose outcome depends on the kernels: .ci/run runs this tier again under the AVX2 restriction
+pytestmark = pytest.mark.kernels
+
 VOCAB = 300
 BATCH = 4
 

@@ -11,6 +11,9 @@ import pytest
 
 from conftest import REPO
 
+# whose outcome depends on the kernels: .ci/run runs this tier again under the AVX2 restriction
+pytestmark = pytest.mark.kernels
+
 DOC = REPO / "docs" / "lmeval-offline.md"
 LINKED = (".venv", "audit.py", "registry.py", "evidence_audit", "tools", "tests")
 

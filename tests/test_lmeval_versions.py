@@ -24,6 +24,9 @@ from evidence_audit.checks import short
 from evidence_audit.cli import main
 from evidence_audit.lmeval.versions import CHAT_DELIMITER, KNOWN_VERSIONS
 
+# whose outcome depends on the kernels: .ci/run runs this tier again under the AVX2 restriction
+pytestmark = pytest.mark.kernels
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lmeval_versions"
 MODEL_DIR = "tiny-llama"                         # model_name_sanitized of pretrained=tiny-llama
 TASKS = ("versions_mc", "versions_gen", "versions_mi")

@@ -8,6 +8,7 @@ on the real model (slow).
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import conftest
 from conftest import REPO, link_or_copy, run_cli
 
 SMALL_ROWS = 20
+HOLD_IN_SCORING = Path(__file__).with_name("hold_in_scoring.py")
 
 
 def small_tsv(path, n=SMALL_ROWS):
@@ -228,28 +230,44 @@ def sentiment_cache(tmp_path_factory):
     return cache
 
 
-def interrupt_when(cmd, marker, timeout=600):
-    """Start run.py, send SIGINT once `marker` appears on its stderr (a progress bar of the scoring), wait for it to
-    end: (exit code, stdout, stderr)."""
+def interrupt_while_scoring(cmd, timeout=600):
+    """Start run.py under tests/hold_in_scoring.py, which holds it right after its first forward batch is committed
+    (the experiment is scoring) and says so on a pipe; send SIGINT once it has said so, wait for it to end:
+    (exit code, stdout, stderr). The interrupt lands at that point on any machine, never after a guessed delay;
+    stdout and stderr are run.py's own (the helper prints nothing on them)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen([sys.executable, *map(str, cmd)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    err, seen = [], threading.Event()
-
-    def read():
-        while chunk := proc.stderr.read(1):
-            err.append(chunk)
-            if not seen.is_set() and marker in "".join(err[-200:]):
-                seen.set()
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    assert seen.wait(timeout), "".join(err)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    out = proc.stdout.read()
-    code = proc.wait(timeout=120)
-    reader.join(timeout=30)
-    return code, out, "".join(err)
+    ready, ready_w = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, HOLD_IN_SCORING, str(ready_w), *map(str, cmd)], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=(ready_w,))
+    finally:
+        os.close(ready_w)       # the child holds the only write end: EOF here once it exits without holding
+    got = {}
+    readers = [threading.Thread(target=lambda name, f: got.__setitem__(name, f.read()), args=(name, f), daemon=True)
+               for name, f in (("out", proc.stdout), ("err", proc.stderr))]    # drained: a full pipe would block it
+    for r in readers:
+        r.start()
+    said, code = None, None
+    try:
+        if select.select([ready], [], [], timeout)[0]:
+            said = os.read(ready, 4096)         # the helper's line, or b"" (EOF): run.py ended without holding
+            if said:
+                proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        os.close(ready)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for r in readers:
+            r.join(timeout=30)
+    stderr = got.get("err", "")
+    assert said is not None, f"run.py did not reach its first forward batch within {timeout} s: {stderr[-3000:]}"
+    assert said, f"run.py ended (exit {proc.returncode}) without committing a forward batch: {stderr[-3000:]}"
+    assert code is not None, f"run.py still ran 120 s after SIGINT (killed): {stderr[-3000:]}"
+    return code, got.get("out", ""), stderr
 
 
 @pytest.mark.slow
@@ -257,7 +275,7 @@ def test_ctrl_c_while_scoring_is_one_line_and_o_keeps_nothing_half_written(tiny_
     out = tmp_path / "o"
     cmd = ["run.py", "--cache", sentiment_cache, "--out", out, "--model", tiny_dir, "--experiment", "protocol",
            "--split", "all"]
-    code, stdout, stderr = interrupt_when(cmd, "Running loglikelihood requests")
+    code, stdout, stderr = interrupt_while_scoring(cmd)
     lines = progress_free(stderr)
     assert code == 130 and "Traceback" not in stderr, stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("interrupted: installed: no experiment; protocol was scoring"), lines

@@ -58,10 +58,10 @@ import struct
 import time
 from pathlib import Path
 
-from evidence_audit import forward, tokens
+from evidence_audit import forward, kernels, tokens
 from evidence_audit.checks import FORWARD, IDENTITY, expect
 from evidence_audit.definitions import argmax_first
-from evidence_audit.lmeval import fmt
+from evidence_audit.lmeval import fmt, persample
 from evidence_audit.lmeval.bootstrap import python_summation
 from evidence_audit.lmeval.files import SAMPLES_RE
 from evidence_audit.lmeval.fmt import ROLLING
@@ -72,11 +72,17 @@ from evidence_audit.model_files import INDEX, MAX_JSON_BYTES, check_model_dir
 from evidence_audit.reading import Unreadable, read_json
 
 SAMPLE_SALT = "lmeval-forward-sample-v1"
+# The share of bit-identical scores above which a run whose record matches this machine is held to equality. On
+# one machine, the same requests under another thread count or kernel path were bit-identical on at most 15 of 80
+# (bfloat16, 3 threads against 1; float32: 3 of 80): docs/forward-dtypes.md.
+REPRODUCED = 0.5
 BOUNDARIES = "continuation token boundaries (model's tokenizer, lm-eval's _encode_pair)"
 RESCORED = "loglikelihoods re-scored in the run's dtype"
 ROLLING_RESCORED = "rolling loglikelihoods re-scored in the run's dtype (lm-eval's windows)"
 ARGMAX = "argmax changes (the prediction) after re-scoring"
 GREEDY = "is_greedy changes after re-scoring"
+SHIFT = "no systematic shift (mean of logged - recomputed)"
+AGGREGATES = "aggregates recomputed from the re-scored loglikelihoods"
 BATCHES_OF = "0.4.9.2"          # the release whose HFLM batching score_requests is written from; the releases
                                 # batching as it does: versions.py loglikelihood_batches "same"
 MAX_MODEL_ARGS = 4000           # characters of model_args read (a command-line string)
@@ -178,19 +184,55 @@ def release_batches(t, top):
     return f"lm-eval {' or '.join(map(str, other))}'s batching differs from {BATCHES_OF}'s: {what}"
 
 
-def choose_mode(t, top, device, sample_n):
-    """(batch size, why) — lm-eval's batches at the run's batch size when they can be reproduced (module
-    docstring), else (None, the reason: one unpadded sequence per pass)."""
+class Plan:
+    """How the forward level re-scores a run: `batch_size` (lm-eval's batches of it; None: one unpadded sequence per
+    pass), `attention` (the implementation re-scored with: the run's where the audit computes it, ATTENTIONS),
+    `equality` (True: the run's kernels are reproduced here, every difference FAILs), `why` (in a reader's words: what
+    matches, or why equality cannot be expected) and `threads` (the torch thread counts equality is tried at)."""
+
+    def __init__(self, batch_size, attention, equality, why, threads=()):
+        self.batch_size, self.attention, self.equality, self.why, self.threads = \
+            batch_size, attention, equality, why, tuple(threads)
+
+
+def run_attention(t, top):
+    """(the run's attention implementation, None) — model_args attn_implementation, else transformers' default for
+    a model with sdpa support (sdpa since transformers 4.36) — or (None, why it is unknown)."""
+    named = model_args(t.run_config).get("attn_implementation")
+    if named:
+        return named, None
+    ran = top.get("transformers_version")
+    parts = ran.split(".")[:2] if isinstance(ran, str) and len(ran) < 100 else []
+    if len(parts) == 2 and all(p.isdigit() for p in parts) and (int(parts[0]), int(parts[1])) >= (4, 36):
+        return "sdpa", None
+    return None, f"the run names no attn_implementation and its transformers ({str(ran)[:20]}) has no known default"
+
+
+def choose_mode(t, top, device, sample_n, threads=1, environ=None):
+    """The Plan for t's run (module docstring): lm-eval's batches whenever the run's batch plan is known (the same
+    tensors: on other kernels their differences are the smallest), and equality where the run's kernels are
+    reproduced here (kernels.reproduces: this machine's kind of CPU, torch build and default kernels, the run's
+    transformers, attention the audit computes, no autocast); else the dtype's tolerance, the reason named."""
+    attention, why_attn = run_attention(t, top)
+    recompute = attention if attention in forward.ATTENTIONS else "eager"
     bs = run_batch_size(t.run_config)
     if sample_n is not None:
-        return None, "--sample re-scores part of the run, whose batches held all of it"
-    why = other_code(t, top)
+        return Plan(None, recompute, False, "--sample re-scores part of the run, whose batches held all of it")
+    why = release_batches(t, top)
     if why:
-        return None, why
+        return Plan(None, recompute, False, why)
     if bs is None:
-        return None, f"the run records no fixed batch size (config.batch_size {t.run_config.get('batch_size')!r})"
-    why = other_tensors(t, top, device)
-    return (None, why) if why else (bs, None)
+        return Plan(None, recompute, False, f"the run records no fixed batch size (config.batch_size "
+                                            f"{t.run_config.get('batch_size')!r})")
+    why = other_code(t, top) or other_tensors(t, top, device, attention, why_attn)
+    if why:
+        return Plan(bs, recompute, False, why)
+    run_cpu = kernels.from_pretty_env_info(top.get("pretty_env_info"))
+    same, why = kernels.reproduces(run_cpu, kernels.this_machine(), device, environ)
+    if not same:
+        return Plan(bs, recompute, False, why)
+    candidates = dict.fromkeys(n for n in (kernels.default_threads(run_cpu), 1, threads) if n)
+    return Plan(bs, recompute, True, why, candidates)
 
 
 def other_code(t, top):
@@ -207,15 +249,17 @@ def other_code(t, top):
     return None
 
 
-def other_tensors(t, top, device):
-    """Why the audit's passes cannot give the run's numbers even on the run's tensors (its device kind, attention
-    implementation or autocast differ), or None."""
+def other_tensors(t, top, device, attention=None, why_attention=None):
+    """Why the audit's passes cannot give the run's numbers even on the run's tensors (its device kind, an attention
+    implementation the audit does not compute, or autocast), or None."""
     args, kind = model_args(t.run_config), run_device_kind(t.run_config, top)
     if kind != device.split(":")[0]:
         return f"the run ran on {kind or 'an unrecorded device'}, the audit on {device}"
-    if args.get("attn_implementation") != "eager":
-        return (f"the run's attention is {args.get('attn_implementation') or 'transformers default (sdpa)'}, "
-                "the audit's passes are eager")
+    if attention is None:
+        return why_attention or "the run's attention implementation is unknown"
+    if attention not in forward.ATTENTIONS:
+        return (f"the run's attention is {attention}; the audit computes {' and '.join(forward.ATTENTIONS)} (re-scored "
+                "with eager)")
     if args.get("mixed_precision_dtype"):
         return f"the run used autocast (mixed_precision_dtype={args['mixed_precision_dtype']})"
     return None
@@ -396,9 +440,13 @@ def lm_eval_groups(requests, group=True):
     return sorted(reps, key=lambda rm: (-len(full(rm[0])), tuple(full(rm[0]))))
 
 
-def score_requests(logits, requests, batch_size, max_length=None, group=True, softmax_dtype=None, device="cpu"):
+def score_requests(logits, requests, batch_size, max_length=None, group=True, softmax_dtype=None, device="cpu",
+                   margins=None):
     """[(score, is_greedy)] per request, computed as HFLM computes them in its batches of batch_size (1: one
-    unpadded sequence per pass); `logits(ids)` is a forward.Scorer's, ids a right-padded LongTensor [B, T]."""
+    unpadded sequence per pass); `logits(ids)` is a forward.Scorer's, ids a right-padded LongTensor [B, T]. With a
+    dict `margins`, margins[n] = request n's greedy margin: over its continuation's tokens, the least of (its
+    log-probability - the best other token's); >= 0 when is_greedy (ties aside), how far is_greedy is from
+    flipping."""
     import torch
     import torch.nn.functional as F
 
@@ -422,7 +470,13 @@ def score_requests(logits, requests, batch_size, max_length=None, group=True, so
                 for n in members:
                     cont = torch.tensor(requests[n][1], dtype=torch.long, device=sel.device).unsqueeze(0)
                     greedy = bool((greedy_tokens[:, -cont.shape[1]:] == cont).all())
-                    out[n] = (float(torch.gather(sel, 2, cont.unsqueeze(-1)).squeeze(-1).sum()), greedy)
+                    picked = torch.gather(sel, 2, cont.unsqueeze(-1)).squeeze(-1)
+                    out[n] = (float(picked.sum()), greedy)
+                    if margins is not None:
+                        lps = sel[0, -cont.shape[1]:].float()
+                        top2 = lps.topk(2, dim=-1)
+                        best_other = torch.where(top2.indices[:, 0] == cont[0], top2.values[:, 1], top2.values[:, 0])
+                        margins[n] = float((lps.gather(1, cont[0].unsqueeze(1)).squeeze(1) - best_other).min())
             del lp
     return out
 
@@ -461,13 +515,13 @@ def run_tasks(t, top):
     return out, None
 
 
-def scorer_for(model_dir, dtype, device):
+def scorer_for(model_dir, dtype, device, attention="eager"):
     """forward.load_scorer on cpu; on cuda transformers' class on that device (the own Llama pass is cpu only)."""
     if device == "cpu":
-        return forward.load_scorer(model_dir, dtype)
+        return forward.load_scorer(model_dir, dtype, attention)
     import torch
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype), attn_implementation="eager",
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype), attn_implementation=attention,
                                                  use_safetensors=True, trust_remote_code=False,
                                                  local_files_only=True).to(device).train(False)
     return forward.Scorer(f"transformers' {type(model).__name__} on {device}, not the audit's own", dtype,
@@ -481,15 +535,16 @@ def softmax_dtype(args):
     return sdt if isinstance(sdt, torch.dtype) else None
 
 
-def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok):
-    """{(task, doc_id, request): (score, greedy)}: in lm-eval's batches, every loglikelihood request of the run
-    (cached per run: the other tasks read it back); one unpadded sequence per pass, t's kept documents only.
-    Returns (scores, scorer label, why not)."""
+def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok, attention="eager", threads=None):
+    """{(task, doc_id, request): (score, greedy, greedy margin)}: in lm-eval's batches, every loglikelihood request
+    of the run (cached per run: the other tasks read it back); one unpadded sequence per pass, t's kept documents
+    only; at `threads` torch threads when given. Returns (scores, scorer label, why not)."""
     args = model_args(t.run_config)
-    key = (id(top), str(model_dir), dtype, batch_size, device, None if batch_size else (t.name, frozenset(keep)))
+    key = (id(top), str(model_dir), dtype, batch_size, device, attention, threads,
+           None if batch_size else (t.name, frozenset(keep)))
     if key in _RUNS:
         return _RUNS[key][1], _RUNS[key][2], None
-    scorer, why = scorer_for(model_dir, dtype, device)
+    scorer, why = scorer_for(model_dir, dtype, device, attention)
     if scorer is None:
         return None, None, why
     tasks, why = run_tasks(t, top) if batch_size else ([(t.name, t.samples)], None)
@@ -508,8 +563,12 @@ def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok):
                 requests.append(pair)
                 names.append((name, doc, i))
     max_len = top.get("max_length") if isinstance(top.get("max_length"), int) else None
+    margins = {}
+    if threads:
+        forward.use_threads(threads)
     got = score_requests(scorer.logits, requests, batch_size or 1, max_len, flag(args, "logits_cache") is not False,
-                         softmax_dtype(args), device)
+                         softmax_dtype(args), device, margins)
+    got = [(score, greedy, margins[n]) for n, (score, greedy) in enumerate(got)]
     _RUNS[key] = (top, dict(zip(names, got)), scorer.label)
     return _RUNS[key][1], scorer.label, None
 
@@ -529,50 +588,177 @@ def model_row(C, t, model_dir, check=RESCORED):
     return True
 
 
-def predictions(t, lls):
-    """What a document's predictions are computed from: the argmax of its loglikelihoods (first index wins); with
-    acc_mutual_info (k conditional requests, then the k unconditional ones) the argmax of the conditional half and
-    of conditional - unconditional."""
-    k = len(lls) // 2
-    if "acc_mutual_info" in t.metric_entries() and len(lls) % 2 == 0:
-        return argmax_first(lls[:k]), argmax_first([lls[i] - lls[k + i] for i in range(k)])
-    return argmax_first(lls)
+DECIDED = ("acc", "acc_norm", "acc_bytes", "acc_mutual_info")   # multiple_choice metrics decided by an argmax
 
 
-def compare(t, keep, scores, dtype, tol):
-    """Every kept sample's logged (loglikelihood, is_greedy) against `scores`: the figures and the failures."""
-    diffs, moved, bad, bad_argmax, bad_greedy = [], set(), [], [], []
-    argmax_flips, greedy_flips, seen = [], [], set()
+def decisions(t, s, lls, delim):
+    """{metric: ([score per choice], [weight per choice], gold)} for each argmax-decided metric the sample lists
+    (DECIDED): the prediction is the scores' argmax (first index wins). weight: how far one nat on the underlying
+    loglikelihood(s) moves that score (acc 1, acc_norm 1/len(choice), acc_bytes 1/bytes, acc_mutual_info 2: its
+    conditional and unconditional terms). gold: the target's choice index, or None. `lls`: every request's
+    loglikelihood, in request order; delim: persample.target_delimiter."""
+    listed = [m for m in s.raw.get("metrics", []) if m in DECIDED]
+    if t.output_type != "multiple_choice" or not listed:
+        return {}
+    bad, requests, at_cond, at_unc = [], s.requests, list(range(len(lls))), None
+    if "acc_mutual_info" in listed:
+        split = persample.mutual_info_split(t, s, bad, delim)
+        if split is None:
+            return {}
+        requests, at_cond, at_unc = split
+    choices = persample.choices_of(t, s, bad, delim, requests)
+    cond = [lls[i] for i in at_cond]
+    gold = persample.gold_of(s.raw["target"], choices) if choices else None
+    out = {"acc": (cond, [1.0] * len(cond), gold)}
+    if choices and all(choices):
+        out["acc_norm"] = ([ll / len(c) for ll, c in zip(cond, choices)], [1 / len(c) for c in choices], gold)
+        out["acc_bytes"] = ([ll / len(c.encode("utf-8")) for ll, c in zip(cond, choices)],
+                            [1 / len(c.encode("utf-8")) for c in choices], gold)
+    if at_unc is not None:
+        out["acc_mutual_info"] = ([ll - lls[u] for ll, u in zip(cond, at_unc)], [2.0] * len(cond), gold)
+    return {m: out[m] for m in listed if m in out}
+
+
+def compare(t, keep, scores, dtype, tol, delim=("", "")):
+    """Every kept sample's logged (loglikelihood, is_greedy) against `scores` {(task, doc, request): (score, greedy,
+    greedy margin)}: the figures and the failures. tol 0: equality. Otherwise a score may differ by tol (the dtype's
+    measured tolerance; a run whose other scores are bit-identical is no reason to allow less: an honest run on
+    another CPU was seen with 17 of 18 scores bit-identical and one a float32 ulp off); a flipped prediction is a
+    near-tie (reported, not failed) when its recomputed margin is within forward.MARGIN_TOLERANCE[dtype] (scaled by
+    the larger weight of the two scores: decisions), a flipped is_greedy when its token margin is within twice the
+    tolerance; else a failure."""
+    rows, seen = [], set()
     for s in t.samples:
         if s.doc_id not in keep or s.doc_id in seen:
             continue
         seen.add(s.doc_id)
         logged = [fmt.loglikelihood(t.path, s, v, f"resps[{i}][0]") for i, v in enumerate(x[0] for x in s.raw["resps"])]
-        new = [scores[(t.name, s.doc_id, i)] for i in range(len(s.requests))]
-        for i, ((ll, greedy), (score, greedy_new)) in enumerate(zip(logged, new)):
+        rows.append((s, logged, [scores[(t.name, s.doc_id, i)] for i in range(len(s.requests))]))
+    signed = [ll - new[0] for _, logged, got in rows for (ll, _), new in zip(logged, got)]
+    diffs = [abs(d) for d in signed]
+    allow = tol
+    margin_allow = forward.MARGIN_TOLERANCE[dtype] if math.isfinite(tol) and tol else tol
+    bad, bad_flip, bad_greedy, moved, flips, near, greedy_flips = [], [], [], set(), [], [], []
+    agg = {}
+    for s, logged, got in rows:
+        for i, ((ll, greedy), (score, greedy_new, margin)) in enumerate(zip(logged, got)):
             d = abs(score - ll)
-            diffs.append(d)
-            if not d <= tol:
+            if not d <= allow:
                 moved.add(s.doc_id)
-                bad.append(f"{s.where} resps[{i}]: logged {ll!r}, recomputed {score!r} (|diff| {d:.3g} > "
-                           f"{tol:g}, {dtype})" if tol else f"{s.where} resps[{i}]: logged {ll!r}, recomputed "
-                           f"{score!r} in lm-eval's batches (|diff| {d:.3g}; equality expected, {dtype})")
+                bad.append(f"{s.where} resps[{i}]: logged {ll!r}, recomputed {score!r} in lm-eval's batches (|diff| "
+                           f"{d:.3g}; equality expected, {dtype})" if not tol else
+                           f"{s.where} resps[{i}]: logged {ll!r}, recomputed {score!r} (|diff| {d:.3g} > allowance "
+                           f"{allow:.3g}, {dtype})")
             if greedy != greedy_new:
-                greedy_flips.append(s.doc_id)
-                bad_greedy.append(f"{s.where} resps[{i}] is_greedy: logged {greedy}, recomputed {greedy_new} "
-                                  f"({dtype}, |diff| {d:.3g})")
-        a, b = predictions(t, [ll for ll, _ in logged]), predictions(t, [sc for sc, _ in new])
-        if a != b:
-            argmax_flips.append(s.doc_id)
-            bad_argmax.append(f"{s.where}: argmax of the logged loglikelihoods {a}, of the recomputed {dtype} ones "
-                              f"{b} (a flipped prediction)")
-    return {"spread": forward.spread(diffs), "n": len(diffs), "moved": sorted(moved), "argmax_flips": argmax_flips,
-            "is_greedy_flips": sorted(set(greedy_flips))}, bad, bad_argmax, bad_greedy
+                if tol and abs(margin) <= 2 * allow:
+                    near.append(f"{s.where} resps[{i}] is_greedy (recomputed margin {margin:.3g})")
+                else:
+                    greedy_flips.append(s.doc_id)
+                    bad_greedy.append(f"{s.where} resps[{i}] is_greedy: logged {greedy}, recomputed {greedy_new} "
+                                      f"({dtype}, recomputed margin {margin:.3g}, |diff| {d:.3g})")
+        old = decisions(t, s, [ll for ll, _ in logged], delim)
+        for m, (sc, w, gold) in decisions(t, s, [g[0] for g in got], delim).items():
+            a, b = argmax_first(old[m][0]), argmax_first(sc)
+            agg.setdefault(m, [[], 0, gold is not None])
+            agg[m][0].append(1.0 if b == gold else 0.0)
+            agg[m][2] = agg[m][2] and gold is not None
+            if a == b:
+                continue
+            margin = sc[b] - sc[a]
+            # two choices of one context move together (MARGIN_TOLERANCE); mutual information's unconditional terms
+            # are scored apart, so each of its scores may move by its own tolerance
+            near_allow = allow * (w[a] + w[b]) if m == "acc_mutual_info" else margin_allow * max(w[a], w[b])
+            if tol and margin <= near_allow:
+                agg[m][1] += 1
+                near.append(f"{s.where} {m}: logged choice {a}, recomputed {b} (recomputed margin {margin:.3g})")
+            else:
+                flips.append(s.doc_id)
+                bad_flip.append(f"{s.where} {m}: argmax of the logged loglikelihoods {a}, of the recomputed {dtype} "
+                                f"ones {b}, by a margin of {margin:.3g}" + (f" (past the near-tie allowance "
+                                f"{near_allow:.3g}: a flipped prediction)" if tol else
+                                " (equality expected: a flipped prediction)"))
+    n = len(signed)
+    mean = sum(signed) / n if n else 0.0
+    sd = math.sqrt(sum((x - mean) ** 2 for x in signed) / (n - 1)) if n > 1 else 0.0
+    fig = {"spread": forward.spread(diffs), "n": n, "moved": sorted(moved), "argmax_flips": sorted(set(flips)),
+           "is_greedy_flips": sorted(set(greedy_flips)), "near_ties": near, "bit_identical": diffs.count(0.0),
+           "mean_signed_diff": mean, "sd_signed_diff": sd,
+           "recomputed_metrics": {m: (sum(v) / len(v), k) for m, (v, k, ok) in agg.items() if ok and v}}
+    return fig, bad, bad_flip, bad_greedy
+
+
+def shift_row(C, t, fig, dtype, tol):
+    """Row SHIFT: the mean of logged - recomputed over every request within forward.SHIFT_FLOOR[dtype] +
+    forward.SHIFT_Z standard errors (forward.shift_problem): noise averages out, an edit that moves every score one
+    way does not."""
+    problem = forward.shift_problem(fig["n"], fig["mean_signed_diff"], fig["sd_signed_diff"], dtype, tol)
+    C.add(t.label, FORWARD, SHIFT, fig["n"], [problem] if problem else [],
+          note=f"mean {fig['mean_signed_diff']:+.3g}, sd {fig['sd_signed_diff']:.3g}")
+
+
+def aggregate_row(C, t, top, fig, keep):
+    """Row AGGREGATES: each argmax-decided metric's aggregate (mean) recomputed from the re-scored loglikelihoods,
+    against the results' value; it may differ by one document per near-tie of that metric, no more."""
+    res = top.get("results", {}).get(t.name, {}) if isinstance(top.get("results"), dict) else {}
+    every = keep == {s.doc_id for s in t.samples}
+    bad, notes = [], []
+    for m, (value, ties) in sorted(fig["recomputed_metrics"].items()):
+        key = next((k for k in res if isinstance(k, str) and k.startswith(m + ",")), None)
+        logged = res.get(key) if key else None
+        if not every or not isinstance(logged, (int, float)) or isinstance(logged, bool):
+            continue
+        n = len(keep)
+        bound = ties / n + 1e-9
+        notes.append(f"{m} logged {logged:.4f}, from the re-score {value:.4f} ({ties} near-tie(s))")
+        if abs(logged - value) > bound:
+            bad.append(f"results {t.name} {key}: logged {logged!r}, recomputed from the re-scored loglikelihoods "
+                       f"{value!r} (|diff| {abs(logged - value):.4g} > {bound:.4g}: {ties} near-tie(s) of {n} documents)")
+    if not notes:
+        C.skip(t.label, FORWARD, AGGREGATES, "no argmax-decided metric (acc, acc_norm, acc_bytes, acc_mutual_info) "
+                                             "with a gold index over every document", requested=False)
+        return
+    C.add(t.label, FORWARD, AGGREGATES, len(notes), bad, note="; ".join(notes))
+
+
+def rescore_plan(t, top, model_dir, dtype, plan, device, keep, tok, threads):
+    """(scores, label, why not, mode text, tolerance, threads used) for `plan`: where equality is expected, the
+    candidate thread counts are tried in order until one gives every score bit for bit. The best of them holds the
+    run to equality when more than half its scores are bit-identical (REPRODUCED): the kernels are the run's, and a
+    score that differs was edited. Fewer: the run's kernels were not reproduced (a thread count or kernel variable
+    lm-eval does not record), and the tolerance applies, the row naming how many were bit-identical."""
+    tol = forward.TOLERANCE[dtype]
+    where = f"lm-eval's batches of {plan.batch_size}" if plan.batch_size else "one unpadded sequence per pass"
+    if not plan.equality:
+        scores, label, why = rescored(t, top, model_dir, dtype, plan.batch_size, device, keep, tok, plan.attention,
+                                      threads)
+        return scores, label, why, f"{where}, tolerance {tol:g} ({plan.why})", tol, threads
+    best = None
+    for n in plan.threads:
+        scores, label, why = rescored(t, top, model_dir, dtype, plan.batch_size, device, keep, tok, plan.attention, n)
+        if scores is None:
+            return None, None, why, None, None, None
+        same = sum(scores[(t.name, s.doc_id, i)][0] == fmt.loglikelihood(t.path, s, v[0], f"resps[{i}][0]")[0]
+                   for s in t.samples if s.doc_id in keep for i, v in enumerate(s.raw["resps"]))
+        total = sum(len(s.raw["resps"]) for s in t.samples if s.doc_id in keep)
+        if best is None or same > best[0]:
+            best = (same, n, scores, label)
+        if same == total:
+            break
+    same, n, scores, label = best
+    forward.use_threads(threads)
+    if same > REPRODUCED * total:
+        return scores, label, None, (f"{where} at {n} torch thread(s) (the same tensors and kernels: {plan.why}), "
+                                     f"equality expected; {same} of {total} bit-identical"), 0.0, n
+    tried = " or ".join(map(str, plan.threads))
+    return scores, label, None, (f"{where}, tolerance {tol:g} ({plan.why}, but only {same} of {total} scores are "
+                                 f"bit-identical at {tried} torch thread(s): the run's kernels were not reproduced "
+                                 "here, e.g. a thread count or kernel variable lm-eval does not record)"), tol, n
 
 
 def forward_rows(C, t, model_dir, top, ids, sample_n, device=None):
-    """Rows RESCORED, ARGMAX, GREEDY (and the model row): the spread of |logged - recomputed|, the documents past
-    the tolerance (equality in lm-eval's batches), argmax and is_greedy flips; for bfloat16 / float16 the float32
+    """Rows RESCORED, ARGMAX, GREEDY, SHIFT, AGGREGATES (and the model row): the spread of |logged - recomputed|,
+    the requests past the allowance (equality where the run's kernels are reproduced), argmax and is_greedy flips
+    past their margins (near-ties named), a systematic shift, the aggregates; for bfloat16 / float16 the float32
     figures beside them. Returns the figures for audit.json, or None."""
     device = device or getattr(C.options, "device", None) or "cpu"
     if t.output_type == ROLLING:
@@ -592,42 +778,50 @@ def forward_rows(C, t, model_dir, top, ids, sample_n, device=None):
     check_device(device)
     if not model_row(C, t, model_dir):
         return None
-    forward.use_threads(C.options.threads)
+    threads = C.options.threads
+    forward.use_threads(threads)
     keep, t0 = chosen(t, sample_n), time.perf_counter()
-    bs, why_not = choose_mode(t, top, device, sample_n)
+    plan = choose_mode(t, top, device, sample_n, threads)
     tok = tokens.load_tokenizer(Path(model_dir) / "tokenizer.json")
-    scores, label, why = rescored(t, top, model_dir, dtype, bs, device, keep, tok)
-    if scores is None and bs:
-        bs, why_not = None, why
-        scores, label, why = rescored(t, top, model_dir, dtype, None, device, keep, tok)
+    scores, label, why, mode, tol, used = rescore_plan(t, top, model_dir, dtype, plan, device, keep, tok, threads)
+    if scores is None and plan.batch_size:
+        plan = Plan(None, plan.attention, False, why)
+        scores, label, why, mode, tol, used = rescore_plan(t, top, model_dir, dtype, plan, device, keep, tok, threads)
     if scores is None:
         C.skip(t.label, FORWARD, RESCORED, why)
         return None
-    mode = f"lm-eval's batches of {bs} (the same tensors), equality expected" if bs else \
-        f"one unpadded sequence per pass, tolerance {forward.TOLERANCE[dtype]:g} ({why_not})"
-    tol = 0.0 if bs else forward.TOLERANCE[dtype]
-    fig, bad, bad_argmax, bad_greedy = compare(t, keep, scores, dtype, tol)
+    delim = persample.target_delimiter(t, top)
+    fig, bad, bad_argmax, bad_greedy = compare(t, keep, scores, dtype, tol, delim)
     what = f"a sample: {len(keep)} of {len({s.doc_id for s in t.samples})} documents (--sample {sample_n}, " \
            f"sha256({SAMPLE_SALT}:task:doc_id) order)" if sample_n is not None else "every request"
-    note = (f"{dtype}, {label}, {mode}; |recomputed - logged| {forward.spread_text(fig['spread'])} over {what}; "
-            f"documents past it: {fig['moved']}")
-    figures = {"dtype": dtype, "implementation": label, "mode": mode, "batch_size": bs, "tolerance": tol,
-               "max_abs_diff": fig["spread"]["max"], "spread": fig["spread"], "requests": fig["n"],
-               "documents": len(keep), "sample": sample_n, "salt": SAMPLE_SALT, "moved": fig["moved"],
-               "argmax_flips": fig["argmax_flips"], "is_greedy_flips": fig["is_greedy_flips"], "device": device}
+    note = (f"{dtype}, {label}, {mode}; |recomputed - logged| {forward.spread_text(fig['spread'])} over "
+            f"{what}, {fig['bit_identical']} bit-identical; documents past it: {fig['moved']}")
+    figures = {"dtype": dtype, "implementation": label, "mode": mode, "batch_size": plan.batch_size,
+               "attention": plan.attention, "threads": used, "equality": tol == 0.0, "tolerance": tol,
+               "max_abs_diff": fig["spread"]["max"],
+               "spread": fig["spread"], "requests": fig["n"], "bit_identical": fig["bit_identical"],
+               "mean_signed_diff": fig["mean_signed_diff"], "documents": len(keep), "sample": sample_n,
+               "salt": SAMPLE_SALT, "moved": fig["moved"], "argmax_flips": fig["argmax_flips"],
+               "near_ties": fig["near_ties"], "is_greedy_flips": fig["is_greedy_flips"], "device": device}
     if dtype != "float32":
-        s32, label32, why32 = rescored(t, top, model_dir, "float32", bs, device, keep, tok)
+        s32, label32, why32 = rescored(t, top, model_dir, "float32", plan.batch_size, device, keep, tok,
+                                       plan.attention, used)
+        forward.use_threads(threads)
         if s32 is None:
             note += f"; float32 beside it: not run ({why32})"
         else:
-            f32 = compare(t, keep, s32, "float32", math.inf)[0]
-            figures["float32_beside"] = {"implementation": label32, **f32}
+            f32 = compare(t, keep, s32, "float32", math.inf, delim)[0]
+            figures["float32_beside"] = {"implementation": label32, **{k: f32[k] for k in (
+                "spread", "n", "argmax_flips", "is_greedy_flips", "mean_signed_diff")}}
             note += (f"; float32 beside it (a figure, not a check): |float32 - logged| "
-                     f"{forward.spread_text(f32['spread'])}, argmax flips {len(f32['argmax_flips'])}, "
-                     f"is_greedy flips {len(f32['is_greedy_flips'])}")
+                     f"{forward.spread_text(f32['spread'])}, prediction changes {len(f32['near_ties'])}")
     C.add(t.label, FORWARD, RESCORED, fig["n"], bad, note=note)
+    ties = f"; near-ties (within the allowance, not failed): {'; '.join(fig['near_ties'][:5])}" + \
+        (f" (+{len(fig['near_ties']) - 5} more)" if len(fig["near_ties"]) > 5 else "") if fig["near_ties"] else ""
     for check, n, failed in ((ARGMAX, len(keep), bad_argmax), (GREEDY, fig["n"], bad_greedy)):
-        C.add(t.label, FORWARD, check, n, failed, note=f"{len(failed)} flip(s) against the {dtype} re-score")
+        C.add(t.label, FORWARD, check, n, failed, note=f"{len(failed)} flip(s) against the {dtype} re-score{ties}")
+    shift_row(C, t, fig, dtype, tol)
+    aggregate_row(C, t, top, fig, keep)
     figures["seconds"] = round(time.perf_counter() - t0, 2)
     return figures
 
@@ -711,20 +905,20 @@ def rolling_compare(docs, scores, sums, tol, dtype):
     return {"spread": forward.spread(diffs), "n": len(diffs), "moved": moved}, bad
 
 
-def rolling_mode(t, top, device):
-    """(tolerance per window, mode text): equality when the run scored at batch size 1 (each window one unpadded
-    pass: the tensors the audit builds) on the audit's device kind, eager, without autocast; else the dtype's
-    forward.TOLERANCE per window, the reason named (lm-eval padded its windows in chunks of the batch size over
-    every rolling request of the run, an order the audit does not rebuild)."""
-    bs, why = run_batch_size(t.run_config), other_code(t, top) or other_tensors(t, top, device)
-    if bs == 1 and why is None:
-        return 0.0, "one unpadded window per pass, as the run at batch size 1 (the same tensors), equality expected"
-    if why is None:
-        why = (f"the run padded its windows in chunks of {bs}" if bs else
-               f"the run records no fixed batch size (config.batch_size {t.run_config.get('batch_size')!r})")
+def rolling_mode(t, top, device, environ=None):
+    """(tolerance per window, mode text, attention): equality when the run scored at batch size 1 (each window one
+    unpadded pass: the tensors the audit builds) with code, attention and kernels the audit reproduces (choose_mode's
+    conditions); else the dtype's forward.TOLERANCE per window, the reason named (lm-eval padded its windows in
+    chunks of the batch size over every rolling request of the run, an order the audit does not rebuild)."""
+    plan = choose_mode(t, top, device, None, environ=environ)
+    bs = run_batch_size(t.run_config)
+    if bs == 1 and plan.equality:
+        return 0.0, (f"one unpadded window per pass, as the run at batch size 1 (the same tensors and kernels: "
+                     f"{plan.why}), equality expected"), plan.attention
+    why = plan.why if not plan.equality else f"the run padded its windows in chunks of {bs}"
     dtype = run_dtype(t.run_config)[0]
     return forward.TOLERANCE[dtype], (f"one unpadded window per pass, tolerance {forward.TOLERANCE[dtype]:g} per "
-                                      f"window ({why})")
+                                      f"window ({why})"), plan.attention
 
 
 def rolling_rows(C, t, model_dir, top, sample_n, device):
@@ -761,13 +955,13 @@ def rolling_rows(C, t, model_dir, top, sample_n, device):
         return None
     forward.use_threads(C.options.threads)
     keep, t0 = chosen(t, sample_n), time.perf_counter()
-    scorer, why = scorer_for(model_dir, dtype, device)
+    tol, mode, attention = rolling_mode(t, top, device)
+    scorer, why = scorer_for(model_dir, dtype, device, attention)
     if scorer is None:
         C.skip(t.label, FORWARD, check, why)
         return None
     docs, more = rolling_documents(t, keep, encode, max_len)
     bad += more
-    tol, mode = rolling_mode(t, top, device)
     sums, sdt = python_summation(top), softmax_dtype(model_args(t.run_config))
     fig, more = rolling_compare(docs, rolling_sums(scorer, docs, max_len, sdt, device), sums, tol, dtype)
     bad += more
@@ -782,7 +976,7 @@ def rolling_rows(C, t, model_dir, top, sample_n, device):
                "max_abs_diff": fig["spread"]["max"], "spread": fig["spread"], "documents": fig["n"],
                "sample": sample_n, "salt": SAMPLE_SALT, "moved": fig["moved"], "device": device}
     if dtype != "float32":
-        s32, why32 = scorer_for(model_dir, "float32", device)
+        s32, why32 = scorer_for(model_dir, "float32", device, attention)
         if s32 is None:
             note += f"; float32 beside it: not run ({why32})"
         else:
