@@ -179,7 +179,7 @@ def test_swapped_clear_margin_forgery_fails(name, which, prepared_cache, tmp_pat
     aggregates and stderr are recomputed as lm-eval would, the task hashes (doc, prompt, target) are untouched: only
     the forward level can see it, and it must FAIL naming that doc_id. The document is chosen from the logged scores
     before any audit: "widest", the largest gap; "past-margin", the smallest gap past twice bfloat16's margin
-    tolerance (0.25) — each score then moves by less than the score tolerance (0.75), so only the margin catches
+    tolerance (0.25) — each score then moves by less than the score tolerance (1.0), so only the margin catches
     it (an honest cross-CPU re-score moved a bfloat16 margin by at most 0.125)."""
     run = copy_of(LMEVAL / name, tmp_path)
     rows, results = read_samples(run), read_results(run)
@@ -234,7 +234,7 @@ def older_transformers(results):
 @pytest.mark.parametrize("name,by,edit,forced", [
     ("bf16-b4", 0.7, None, None),
     ("bf16-b4", 0.5, None, None),
-    ("b4", 0.2, relabel_bfloat16, None),                 # float32 scores said to be bfloat16's (tolerance 0.75)
+    ("b4", 0.2, relabel_bfloat16, None),                 # float32 scores said to be bfloat16's (tolerance 1.0)
     ("bf16-b4", 0.7, older_transformers, "4.57.5"),      # one recorded field forces the tolerance mode anywhere
 ], ids=["bf16+0.7", "bf16+0.5", "b4-relabelled-bf16+0.2", "bf16-transformers-4.57.5+0.7"])
 def test_shift_forgery_fails(name, by, edit, forced, prepared_cache, tmp_path):

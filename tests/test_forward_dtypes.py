@@ -90,18 +90,20 @@ def forward_rows(model_dir, ident, records, tokens):
 
 # ---- the audit's own Llama pass against transformers', bit for bit ---------------------------------------------
 
+@pytest.mark.parametrize("attention", forward.ATTENTIONS)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-def test_own_llama_is_bit_identical_to_transformers_in_a_padded_batch(tiny, dtype):
-    """The same padded batch through the audit's own Llama and transformers' LlamaForCausalLM (eager): equal
-    logits, bit for bit, in every dtype -- what lets the forward level expect the recorded bfloat16 scores."""
+def test_own_llama_is_bit_identical_to_transformers_in_a_padded_batch(tiny, dtype, attention):
+    """The same padded batch through the audit's own Llama and transformers' LlamaForCausalLM, with eager attention
+    and with sdpa (transformers' default, which lm-eval runs unless told otherwise): equal logits, bit for bit, in
+    every dtype -- what lets the forward level expect the recorded scores."""
     own, why = forward.load_llama(tiny["llama"])
-    ref, why2 = forward.load_transformers(tiny["llama"], dtype)
+    ref, why2 = forward.load_transformers(tiny["llama"], dtype, attention)
     assert why is None and why2 is None
     ids = torch.randint(1, VOCAB, (3, 17), generator=torch.Generator().manual_seed(3))
     ids[1, 12:] = 0
     ids[2, 6:] = 0
     with torch.no_grad():
-        a, b = forward.own_llama_batch(own, ids, dtype), ref.logits(ids)
+        a, b = forward.own_llama_batch(own, ids, dtype, attention), ref.logits(ids)
     assert a.dtype == b.dtype == getattr(torch, dtype)
     assert torch.equal(a, b), (a.float() - b.float()).abs().max()
 

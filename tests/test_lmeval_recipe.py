@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from conftest import REPO
+from evidence_audit import kernels
 
 # whose outcome depends on the kernels: .ci/run runs this tier again under the AVX2 restriction
 pytestmark = pytest.mark.kernels
@@ -43,3 +44,8 @@ def test_the_offline_recipe_runs_as_written(tmp_path):
     assert len(results) == 1 and json.loads(results[0].read_text())["chat_template"] is not None
     proc = subprocess.run(["bash", "-c", audit], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "RESULT: PASS" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-1000:]
+    # the recipe's run (transformers' default sdpa attention, batch 4) made on this machine reaches the equality mode,
+    # unless this process restricts the kernels (the AVX2 tier of .ci/run), which lm-eval would not record
+    rescored = [ln for ln in proc.stdout.splitlines() if "loglikelihoods re-scored in the run's dtype" in ln]
+    assert rescored and all("(sdpa attention), lm-eval's batches of 4" in ln for ln in rescored), rescored
+    assert all(("equality expected" in ln) == (not kernels.kernel_settings()) for ln in rescored), rescored

@@ -27,21 +27,23 @@ PATHS = {"default": {}, "AVX2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CA
 
 
 def requests_of(run_dir, model_dir):
-    """[(context ids, continuation ids)] and the logged scores of the run's samples, in file order."""
+    """[(context ids, continuation ids)], the logged scores and the dtype of the run's samples, in file order, and
+    the request indices of each sample (a document's choices)."""
     sys.path.insert(0, str(REPO))
     from evidence_audit import tokens
     from evidence_audit.lmeval import rescore
     top = json.loads(next(Path(run_dir).rglob("results_*.json")).read_text())
     encode = rescore.encoder(tokens.load_tokenizer(Path(model_dir) / "tokenizer.json"), top["config"], top,
                              "tokenizer-default")
-    reqs, logged = [], []
+    reqs, logged, docs = [], [], []
     for path in sorted(Path(run_dir).rglob("samples_*.jsonl")):
         for line in path.read_text().splitlines():
             s = json.loads(line)
+            docs.append(list(range(len(reqs), len(reqs) + len(s["arguments"]))))
             for i, a in enumerate(s["arguments"].values()):
                 reqs.append(rescore.encode_pair(encode, a["arg_0"], a["arg_1"])[:2])
                 logged.append(float(s["resps"][i][0][0]))
-    return reqs, logged, top["config"]["model_dtype"].replace("torch.", "")
+    return reqs, logged, top["config"]["model_dtype"].replace("torch.", ""), docs
 
 
 def child(args):
@@ -59,11 +61,14 @@ def child(args):
     print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "scores": [g[0] for g in got]}))
 
 
-def figures(a, b):
+def figures(a, b, docs):
+    """max / p99 / median |a - b|, the mean of a - b, how many are bit-identical, and the largest change of a
+    margin between two choices of one document ((a_i - a_j) - (b_i - b_j))."""
     d = sorted(abs(x - y) for x, y in zip(a, b))
     n = len(d)
+    margin = max((abs((a[i] - a[j]) - (b[i] - b[j])) for doc in docs for i in doc for j in doc if i < j), default=0)
     return {"max": d[-1], "p99": d[max(0, -(-99 * n // 100) - 1)], "median": d[(n + 1) // 2 - 1],
-            "mean_signed": sum(x - y for x, y in zip(a, b)) / n, "bit_identical": d.count(0.0)}
+            "mean_signed": sum(x - y for x, y in zip(a, b)) / n, "bit_identical": d.count(0.0), "margin": margin}
 
 
 def main():
@@ -81,10 +86,10 @@ def main():
     if args.child:
         args.threads = args.threads[0]
         return child(args)
-    reqs, _, _ = requests_of(args.runs[0], args.model)
+    reqs, _, _, docs = requests_of(args.runs[0], args.model)
     logged = {}
     for run in args.runs:
-        r, scores, dtype = requests_of(run, args.model)
+        r, scores, dtype, _ = requests_of(run, args.model)
         if r == reqs:
             logged.setdefault(dtype, []).append((Path(run).name, scores))
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"kernel-paths-{os.getpid()}.json"
@@ -104,15 +109,16 @@ def main():
                     print(f"  {name:8s} {n} thread(s) (torch capability {out['capability']})", flush=True)
             ref = next(iter(got))
             for key, scores in got.items():
-                f = figures(scores, got[ref])
+                f = figures(scores, got[ref], docs)
                 print(f"  vs {ref[0]}/{ref[1]}: {key[0]}/{key[1]}: max {f['max']:.3g} p99 {f['p99']:.3g} median "
-                      f"{f['median']:.3g} mean {f['mean_signed']:+.3g} bit-identical {f['bit_identical']}/{len(reqs)}")
+                      f"{f['median']:.3g} mean {f['mean_signed']:+.3g} bit-identical {f['bit_identical']}/{len(reqs)} "
+                      f"margin change max {f['margin']:.3g}")
             for run, scores in logged.get(dtype, []):
                 for key, mine in got.items():
-                    f = figures(scores, mine)
+                    f = figures(scores, mine, docs)
                     print(f"  logged {run} - {key[0]}/{key[1]}: max {f['max']:.3g} p99 {f['p99']:.3g} median "
                           f"{f['median']:.3g} mean {f['mean_signed']:+.3g} bit-identical "
-                          f"{f['bit_identical']}/{len(reqs)}")
+                          f"{f['bit_identical']}/{len(reqs)} margin change max {f['margin']:.3g}")
     finally:
         tmp.unlink(missing_ok=True)
 

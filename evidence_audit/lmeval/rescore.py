@@ -18,25 +18,29 @@ the continuation's tok_encode tokens. A run without a version field whose candid
 not guessed: its token boundaries (and so its re-scores) are SKIPPED with that reason. loglikelihood_rolling
 documents are tokenised by the same tok_encode.
 
-Two modes, named in the row:
-- lm-eval's batches (equality expected): when the release that wrote the run batches as 0.4.9.2 does
-  (versions.py loglikelihood_batches "same": 0.4.9 to 0.4.13, each release's lines read
-  there; a run without a version field must be so in every candidate release), the run's transformers_version is
-  the one the audit runs with (another transformers' model code may compute other floats from the same tensors),
-  the run records an integer batch size, its device kind is the audit's, its attention is eager (model_args
-  attn_implementation=eager: the audit's passes are eager) and no mixed_precision_dtype. The lines cited below are
-  0.4.9.2's. lm-eval runs every loglikelihood request of every task of the run in one call
-  (evaluator.py:573), so the batches are formed over all of them: HFLM._loglikelihood_tokens
-  (models/huggingface.py:1131-1363) with its Collator (models/utils.py:355-560): requests grouped by context +
-  continuation[:-1] (unless logits_cache=False), one representative per group (its longest continuation, first in
-  request order), sorted by (-len(tokens), tokens), chunks of batch_size, each row (context + continuation)[-(max_length
-  + 1):][:-1], right-padded with 0; log_softmax over the vocabulary (in softmax_dtype when given); each member reads
-  the representative's last len(continuation) rows: greedy from the trailing len(its continuation) of them, its
-  score gathered from the LEADING ones (torch.gather over the first len(its continuation) rows), as lm-eval does.
-- one unpadded sequence per pass otherwise (and for --sample), against forward.TOLERANCE[dtype] (docs/forward-
-  dtypes.md), the reason the batches could not be reproduced named in the row (the first that holds, in this order:
-  --sample, the release's batching (what differs), the transformers, the batch size, device, attention, autocast).
-A flipped prediction (argmax over a document's requests) or is_greedy FAILs whatever the difference.
+Two modes, named in the row (docs/forward-dtypes.md; choose_mode, rescore_plan):
+- equality expected: the release that wrote the run batches as 0.4.9.2 does (versions.py loglikelihood_batches
+  "same": 0.4.9 to 0.4.13, each release's lines read there; a run without a version field must be so in every
+  candidate release), the run records an integer batch size, ran the audit's transformers_version on the cpu, with
+  an attention the audit computes (forward.ATTENTIONS: eager, or sdpa, transformers' default when model_args name
+  none), no mixed_precision_dtype, and its pretty_env_info names this machine's kind of CPU and torch build with the
+  audit at default kernels (kernels.reproduces). lm-eval records no thread count: the run machine's default, 1 and
+  --threads are tried. The lines cited below are 0.4.9.2's. lm-eval runs every loglikelihood request of every task
+  of the run in one call (evaluator.py:573), so the batches are formed over all of them:
+  HFLM._loglikelihood_tokens (models/huggingface.py:1131-1363) with its Collator (models/utils.py:355-560): requests
+  grouped by context + continuation[:-1] (unless logits_cache=False), one representative per group (its longest
+  continuation, first in request order), sorted by (-len(tokens), tokens), chunks of batch_size, each row (context +
+  continuation)[-(max_length + 1):][:-1], right-padded with 0; log_softmax over the vocabulary (in softmax_dtype
+  when given); each member reads the representative's last len(continuation) rows: greedy from the trailing len(its
+  continuation) of them, its score gathered from the LEADING ones (torch.gather over the first len(its
+  continuation) rows), as lm-eval does. A run whose scores are bit-identical on more than REPRODUCED of its requests
+  is held to equality; fewer (an unrecorded thread count or kernel variable): the tolerance, said so.
+- the dtype's tolerance otherwise: in lm-eval's batches when the batch plan is known, else one unpadded sequence per
+  pass (--sample, a release batching otherwise, no fixed batch size), the reason named in a reader's words. Safe on
+  its own, since the facts that choose the mode are the run's record: every score within forward.TOLERANCE[dtype],
+  no systematic shift (forward.SHIFT_FLOOR), each flipped prediction (acc, acc_norm, acc_bytes, acc_mutual_info,
+  is_greedy) a failure past forward.MARGIN_TOLERANCE and a named near-tie within it, the aggregates recomputed from
+  the re-scored loglikelihoods.
 
 loglikelihood_rolling tasks (rolling_rows): each document's text tokenised as HFLM.tok_encode does, cut into
 lm-eval's rolling windows of the results' max_length (rolling_windows), each window re-scored as one unpadded pass
