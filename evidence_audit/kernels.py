@@ -27,6 +27,10 @@ KERNEL_VARS = ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE", "ATE
                "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE",
                "TORCH_MKLDNN_MATMUL_MIN_DIM")
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# What an AVX2-only run of this machine's kind of CPU ran (a virtual machine that hides AVX-512 from its guest): the
+# libraries held to AVX2 in a child process (the variables are read when torch loads).
+AVX2_ONLY = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+WIDER_THAN_AVX2 = ("avx512", "amx", "avx_vnni")     # flag prefixes a CPU without AVX-512 lacks
 
 
 class CPU:
@@ -113,6 +117,21 @@ def default_threads(run):
     return run.cores if run is not None else None
 
 
+def restriction(run, here):
+    """The variables (AVX2_ONLY) under which this machine runs the kernels of `run`, a CPU of this machine's kind
+    (vendor, family, model, model name, torch build) whose flags are this machine's less the AVX-512 family, or None.
+    A claim read from the libraries' dispatch (they choose by instruction set), measured here only on runs made under
+    the same variables; an AVX2-only machine of this kind was not available to measure."""
+    if run is None or here is None or run.device != "cpu" or run.torch != here.torch:
+        return None
+    if (run.vendor, run.family, run.model, run.name) != (here.vendor, here.family, here.model, here.name):
+        return None
+    extra = here.flags - run.flags
+    if not extra or not run.flags < here.flags or not {"avx2", "fma"} <= run.flags:
+        return None
+    return dict(AVX2_ONLY) if all(f.startswith(WIDER_THAN_AVX2) for f in extra) else None
+
+
 def reproduces(run, here, device="cpu", environ=None):
     """(True, what matches) when this machine runs the kernels the run's record names; else (False, why not), in
     words a reader understands. `run` and `here` are CPU objects (or None: unrecorded / unreadable)."""
@@ -129,12 +148,16 @@ def reproduces(run, here, device="cpu", environ=None):
     if (run.vendor, run.family, run.model, run.name) != (here.vendor, here.family, here.model, here.name):
         return False, (f"the run was made on {theirs}, this machine is {mine}: another CPU's kernels are not "
                        "reproduced here")
+    settings = kernel_settings(environ)
+    if run.flags != here.flags and restriction(run, here) is not None and not settings:
+        return True, (f"the run was made on this machine's kind of CPU without AVX-512, {theirs}, with torch "
+                      f"{here.torch}: re-scored in a child process held to AVX2 (" +
+                      " ".join(f"{k}={v}" for k, v in AVX2_ONLY.items()) + ")")
     if run.flags != here.flags:
         missing, extra = sorted(run.flags - here.flags), sorted(here.flags - run.flags)
         return False, (f"the run was made on {theirs}, this machine is {mine} with other CPU flags (the run's has "
                        f"{', '.join(missing[:6]) or 'none'} that this one lacks; this one has "
                        f"{', '.join(extra[:6]) or 'none'} that the run's lacks): the kernels may differ")
-    settings = kernel_settings(environ)
     if settings:
         return False, ("this audit runs with " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) +
                        ", not the default kernels the run's record implies")

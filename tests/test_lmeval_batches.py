@@ -139,6 +139,29 @@ def test_choose_mode_names_the_release_the_transformers_and_the_rest():
     assert "AMD EPYC (AuthenticAMD, AVX2 (no AVX-512))" in elsewhere.why, elsewhere.why
     unrecorded = rescore.choose_mode(task("0.4.12"), {"transformers_version": here}, "cpu", None)
     assert not unrecorded.equality and "records no CPU" in unrecorded.why
+    assert plan.env is None                                       # this machine's own kind: in this process
+
+
+def test_a_run_of_this_cpu_kind_without_avx512_is_re_scored_held_to_avx2():
+    """This machine's CPU kind with the AVX-512 family hidden (a virtual machine's guest): equality, in a child
+    process held to AVX2; any other flag missing, or the audit's own kernel variable, or another model name: no."""
+    cpu = kernels.this_machine()
+    wide = {f for f in cpu.flags if f.startswith(kernels.WIDER_THAN_AVX2)}
+    if not wide or not {"avx2", "fma"} <= cpu.flags:
+        pytest.skip("this CPU has no AVX-512 to hide (or no AVX2)")
+    top = {"transformers_version": installed("transformers")}
+
+    def as_run(**changes):
+        fields = {"vendor": cpu.vendor, "family": cpu.family, "model": cpu.model, "name": cpu.name,
+                  "flags": cpu.flags - wide, "cores": cpu.cores, "torch": cpu.torch, **changes}
+        return {**top, "pretty_env_info": env_info(kernels.CPU(**fields))}
+    plan = rescore.choose_mode(task("0.4.12"), as_run(), "cpu", None, environ={})
+    assert plan.equality and plan.env == kernels.AVX2_ONLY and "without AVX-512" in plan.why, plan.why
+    for run in (as_run(flags=cpu.flags - wide - {"avx2"} | {"avx"}), as_run(flags=cpu.flags - {"sse4_2"}),
+                as_run(name="another CPU")):
+        assert not rescore.choose_mode(task("0.4.12"), run, "cpu", None, environ={}).equality
+    held = rescore.choose_mode(task("0.4.12"), as_run(), "cpu", None, environ={"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert not held.equality, held.why          # the audit's own variable: not the run's default kernels
 
 
 # ---- real output of every release that qualifies: equality --------------------------------------------------------

@@ -65,7 +65,7 @@ from pathlib import Path
 from evidence_audit import forward, kernels, tokens
 from evidence_audit.checks import FORWARD, IDENTITY, expect
 from evidence_audit.definitions import argmax_first
-from evidence_audit.lmeval import fmt, persample
+from evidence_audit.lmeval import child, fmt, persample
 from evidence_audit.lmeval.bootstrap import python_summation
 from evidence_audit.lmeval.files import SAMPLES_RE
 from evidence_audit.lmeval.fmt import ROLLING
@@ -192,11 +192,12 @@ class Plan:
     """How the forward level re-scores a run: `batch_size` (lm-eval's batches of it; None: one unpadded sequence per
     pass), `attention` (the implementation re-scored with: the run's where the audit computes it, ATTENTIONS),
     `equality` (True: the run's kernels are reproduced here, every difference FAILs), `why` (in a reader's words: what
-    matches, or why equality cannot be expected) and `threads` (the torch thread counts equality is tried at)."""
+    matches, or why equality cannot be expected), `threads` (the torch thread counts equality is tried at) and `env`."""
 
-    def __init__(self, batch_size, attention, equality, why, threads=()):
+    def __init__(self, batch_size, attention, equality, why, threads=(), env=None):
         self.batch_size, self.attention, self.equality, self.why, self.threads = \
             batch_size, attention, equality, why, tuple(threads)
+        self.env = env          # kernel variables of a child process that re-scores (kernels.restriction), or None
 
 
 def run_attention(t, top):
@@ -231,12 +232,12 @@ def choose_mode(t, top, device, sample_n, threads=1, environ=None):
     why = other_code(t, top) or other_tensors(t, top, device, attention, why_attn)
     if why:
         return Plan(bs, recompute, False, why)
-    run_cpu = kernels.from_pretty_env_info(top.get("pretty_env_info"))
-    same, why = kernels.reproduces(run_cpu, kernels.this_machine(), device, environ)
+    run_cpu, here = kernels.from_pretty_env_info(top.get("pretty_env_info")), kernels.this_machine()
+    same, why = kernels.reproduces(run_cpu, here, device, environ)
     if not same:
         return Plan(bs, recompute, False, why)
     candidates = dict.fromkeys(n for n in (kernels.default_threads(run_cpu), 1, threads) if n)
-    return Plan(bs, recompute, True, why, candidates)
+    return Plan(bs, recompute, True, why, candidates, kernels.restriction(run_cpu, here))
 
 
 def other_code(t, top):
@@ -539,12 +540,13 @@ def softmax_dtype(args):
     return sdt if isinstance(sdt, torch.dtype) else None
 
 
-def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok, attention="eager", threads=None):
+def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok, attention="eager", threads=None, env=None):
     """{(task, doc_id, request): (score, greedy, greedy margin)}: in lm-eval's batches, every loglikelihood request
     of the run (cached per run: the other tasks read it back); one unpadded sequence per pass, t's kept documents
-    only; at `threads` torch threads when given. Returns (scores, scorer label, why not)."""
+    only; at `threads` torch threads when given; in a child process under the kernel variables `env` when given
+    (child.py). Returns (scores, scorer label, why not)."""
     args = model_args(t.run_config)
-    key = (id(top), str(model_dir), dtype, batch_size, device, attention, threads,
+    key = (id(top), str(model_dir), dtype, batch_size, device, attention, threads, tuple(sorted((env or {}).items())),
            None if batch_size else (t.name, frozenset(keep)))
     if key in _RUNS:
         return _RUNS[key][1], _RUNS[key][2], None
@@ -567,6 +569,17 @@ def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok, attention=
                 requests.append(pair)
                 names.append((name, doc, i))
     max_len = top.get("max_length") if isinstance(top.get("max_length"), int) else None
+    if env:
+        sdt = softmax_dtype(args)
+        job = {"model_dir": str(model_dir), "dtype": dtype, "attention": attention, "threads": threads or 1,
+               "batch_size": batch_size or 1, "max_length": max_len, "group": flag(args, "logits_cache") is not False,
+               "softmax_dtype": str(sdt).replace("torch.", "") if sdt else None, "requests": requests}
+        got, why = child.score_in_child(job, env)
+        if got is None:
+            return None, None, why
+        label = scorer.label + " in a child process held to " + ", ".join(f"{k}={v}" for k, v in env.items())
+        _RUNS[key] = (top, dict(zip(names, got)), label)
+        return _RUNS[key][1], label, None
     margins = {}
     if threads:
         forward.use_threads(threads)
@@ -601,7 +614,10 @@ def decisions(t, s, lls, delim):
     loglikelihood(s) moves that score (acc 1, acc_norm 1/len(choice), acc_bytes 1/bytes, acc_mutual_info 2: its
     conditional and unconditional terms). gold: the target's choice index, or None. `lls`: every request's
     loglikelihood, in request order; delim: persample.target_delimiter."""
-    listed = [m for m in s.raw.get("metrics", []) if m in DECIDED]
+    metrics = s.raw.get("metrics", [])
+    listed = [m for m in metrics if m in DECIDED]
+    if "acc" not in listed and any(m in metrics for m in ("f1", "mcc", "exact_match")):
+        listed.append("acc")            # their (gold, prediction) pairs take the loglikelihoods' argmax
     if t.output_type != "multiple_choice" or not listed:
         return {}
     bad, requests, at_cond, at_unc = [], s.requests, list(range(len(lls))), None
@@ -738,7 +754,8 @@ def rescore_plan(t, top, model_dir, dtype, plan, device, keep, tok, threads):
         return scores, label, why, f"{where}, tolerance {tol:g} ({plan.why})", tol, threads
     best = None
     for n in plan.threads:
-        scores, label, why = rescored(t, top, model_dir, dtype, plan.batch_size, device, keep, tok, plan.attention, n)
+        scores, label, why = rescored(t, top, model_dir, dtype, plan.batch_size, device, keep, tok, plan.attention, n,
+                                      plan.env)
         if scores is None:
             return None, None, why, None, None, None
         same = sum(scores[(t.name, s.doc_id, i)][0] == fmt.loglikelihood(t.path, s, v[0], f"resps[{i}][0]")[0]
@@ -809,7 +826,7 @@ def forward_rows(C, t, model_dir, top, ids, sample_n, device=None):
                "near_ties": fig["near_ties"], "is_greedy_flips": fig["is_greedy_flips"], "device": device}
     if dtype != "float32":
         s32, label32, why32 = rescored(t, top, model_dir, "float32", plan.batch_size, device, keep, tok,
-                                       plan.attention, used)
+                                       plan.attention, used, plan.env)
         forward.use_threads(threads)
         if s32 is None:
             note += f"; float32 beside it: not run ({why32})"
@@ -916,6 +933,9 @@ def rolling_mode(t, top, device, environ=None):
     chunks of the batch size over every rolling request of the run, an order the audit does not rebuild)."""
     plan = choose_mode(t, top, device, None, environ=environ)
     bs = run_batch_size(t.run_config)
+    if plan.equality and plan.env:      # the windows are scored in this process: its kernels are not the run's
+        plan.equality, plan.why = False, (f"{plan.why}; rolling windows are re-scored in this process only, at its "
+                                          "own kernels")
     if bs == 1 and plan.equality:
         return 0.0, (f"one unpadded window per pass, as the run at batch size 1 (the same tensors and kernels: "
                      f"{plan.why}), equality expected"), plan.attention
