@@ -10,6 +10,7 @@ import resources
 from conftest import REPO, run_cli, run_once
 from evidence_audit.checks import first_failure
 from evidence_audit.driver import audit
+from evidence_audit.forward import FORWARD_TOL
 from evidence_audit.manifest import reseal
 from evidence_audit.rules.mctaco import mct_em, mct_f1
 from experiments import mctaco
@@ -267,7 +268,11 @@ def test_full_fixture_bit_exact_and_metrics_match_lm_eval(mctaco_run):
 
 
 @pytest.mark.slow
+@pytest.mark.kernels
 def test_limit_demonstration_and_no_shuffle(mctaco_run):
+    """A limit run is a loglikelihood call with batches of its own: its scores equal the main run's on a CPU whose
+    kernels round a row the same in any batch (this Xeon's default kernels), and differ in the last bits on others
+    (1.1e-5 here under MKL_ENABLE_INSTRUCTIONS=AVX2): the figure is measured, bounded by the float32 tolerance."""
     out, _ = mctaco_run
     summary, _, records = load_out(out)
     demo = summary["limit_demo"]
@@ -276,7 +281,7 @@ def test_limit_demonstration_and_no_shuffle(mctaco_run):
     rows = {r["limit"]: r for r in demo["rows"]}
     assert list(rows) == [5, 10, 20]
     for n, row in rows.items():
-        assert row["doc_ids"] == list(range(n)) and row["max_abs_diff_vs_main_run"] == 0.0
+        assert row["doc_ids"] == list(range(n)) and row["max_abs_diff_vs_main_run"] <= FORWARD_TOL
         assert row["lm_eval"]["acc"] == row["recomputed"]["acc"]
         assert row["preds"] == [r["official"]["pred"] for r in records[:n]]
     assert rows[5]["cut_questions"] == []                                     # 5 ends the first question
