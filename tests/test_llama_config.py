@@ -17,7 +17,6 @@ from evidence_audit.llama_config import DEFAULTS, FIELDS, TRANSFORMERS_VERSION, 
 # whose outcome depends on the kernels: .ci/run runs this tier again under the AVX2 restriction
 pytestmark = pytest.mark.kernels
 
-REPO = Path(__file__).resolve().parents[1]
 
 # Every field set, and set away from its default, so that leaving one out changes something. head_dim 32 is not
 # hidden_size // num_attention_heads (16) and num_key_value_heads 2 is not num_attention_heads, so the derived
