@@ -138,18 +138,6 @@ def llama_logprobs(model, ids):
 TORCH_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def rope_theta_of(hp):
-    """The rotary base of a plain (unscaled) rotary embedding: config.json's `rope_theta` (transformers 4), or
-    `rope_parameters.rope_theta` with rope_type "default" (transformers 5 writes it there); None for anything else."""
-    if isinstance(hp.get("rope_theta"), (int, float)) and not isinstance(hp.get("rope_theta"), bool):
-        return float(hp["rope_theta"])
-    rp = hp.get("rope_parameters")
-    if isinstance(rp, dict) and rp.get("rope_type", "default") == "default" and set(rp) <= {"rope_type", "rope_theta"} \
-            and isinstance(rp.get("rope_theta"), (int, float)) and not isinstance(rp.get("rope_theta"), bool):
-        return float(rp["rope_theta"])
-    return None
-
-
 def supports_own(model_dir):
     """None when audit.py's own Llama pass covers the model in model_dir, else the reason it does not (every field
     read with transformers' LlamaConfig default: llama_config.py)."""
@@ -417,7 +405,7 @@ def compare_scores(records, recomputed, key_of, where_of, pred_field, tol, bad, 
     worst candidate, the items moved past tol, the predictions and is_greedy that the recomputed scores flip."""
     diffs, signed = {"official": [], "independent": []}, []
     worst, moved, flips, greedy_flips = None, set(), {"official": [], "independent": []}, []
-    near = []
+    near, near_tie = [], margin_tol if margin_tol is not None else tol
     for r in records:
         w, got = where_of(r), recomputed[key_of(r)]
         scores = [s for s, _ in got]
@@ -435,7 +423,6 @@ def compare_scores(records, recomputed, key_of, where_of, pred_field, tol, bad, 
                         bad.append(f"{w} {side}.scores[{j}]: recorded {s_rec!r}, recomputed {s_new!r} "
                                    f"(|diff| {d:.3g} > tolerance {tol:g})")
             pred, best = r[side][pred_field], argmax_first(scores)
-            near_tie = margin_tol if margin_tol is not None else tol
             if pred != best and math.isfinite(tol) and isinstance(pred, int) and 0 <= pred < len(scores) \
                     and scores[best] - scores[pred] <= near_tie:     # within what noise moves a margin
                 near.append(f"{w} {side}.{pred_field} (recomputed margin {scores[best] - scores[pred]:.3g})")
@@ -443,12 +430,17 @@ def compare_scores(records, recomputed, key_of, where_of, pred_field, tol, bad, 
                 flips[side].append(w)
         if r["official"]["is_greedy"] != [g for _, g in got]:
             greedy_flips.append(w)
-    n = len(signed)
-    mean = sum(signed) / n if n else 0.0
-    sd = math.sqrt(sum((x - mean) ** 2 for x in signed) / (n - 1)) if n > 1 else 0.0
+    mean, sd = mean_sd(signed)
     return {"official": spread(diffs["official"]), "independent": spread(diffs["independent"]), "worst": worst,
             "moved_past_tolerance": sorted(moved), "argmax_flips": flips, "is_greedy_flips": greedy_flips,
             "near_ties": near, "mean_signed_diff": mean, "sd_signed_diff": sd}
+
+
+def mean_sd(values):
+    """The mean and the sample standard deviation of `values` (0.0 for what too few values leave undefined)."""
+    n = len(values)
+    mean = sum(values) / n if n else 0.0
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1)) if n > 1 else 0.0
 
 
 def shift_problem(n, mean, sd, dtype, tol):

@@ -26,7 +26,6 @@ MAX_CPUINFO = 4 * 2 ** 20    # bytes of /proc/cpuinfo read
 KERNEL_VARS = ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "MKL_DEBUG_CPU_TYPE", "ATEN_CPU_CAPABILITY",
                "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE",
                "TORCH_MKLDNN_MATMUL_MIN_DIM")
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # What an AVX2-only run of this machine's kind of CPU ran (a virtual machine that hides AVX-512 from its guest): the
 # libraries held to AVX2 in a child process (the variables are read when torch loads).
 AVX2_ONLY = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -92,16 +91,15 @@ def this_machine():
             text = f.read(MAX_CPUINFO).decode("utf-8", "replace")
     except OSError:
         return None
-    first = text.split("\n\n")[0]
     blocks = [dict(re.findall(r"^([^:\n]+?)\s*:\s*(.*)$", b, re.MULTILINE)) for b in text.split("\n\n") if b.strip()]
     cores = {(b.get("physical id"), b.get("core id")) for b in blocks if "core id" in b}
     try:
         torch = version("torch")
     except PackageNotFoundError:
         torch = None
-    get = lambda label: (re.search(rf"^{label}\s*:\s*(.*)$", first, re.MULTILINE) or [None, None])[1]  # noqa: E731
-    return CPU(vendor=get("vendor_id"), family=_int(get("cpu family")), model=_int(get("model")),
-               name=get("model name"), flags=(get("flags") or "").split(), cores=len(cores) or os.cpu_count(),
+    first = blocks[0] if blocks else {}
+    return CPU(vendor=first.get("vendor_id"), family=_int(first.get("cpu family")), model=_int(first.get("model")),
+               name=first.get("model name"), flags=first.get("flags", "").split(), cores=len(cores) or os.cpu_count(),
                torch=torch)
 
 
@@ -117,14 +115,18 @@ def default_threads(run):
     return run.cores if run is not None else None
 
 
+def same_kind(run, here):
+    """Whether `run` and `here` name the same kind of CPU (vendor, family, model, model name) and torch build."""
+    return run.torch == here.torch and \
+        (run.vendor, run.family, run.model, run.name) == (here.vendor, here.family, here.model, here.name)
+
+
 def restriction(run, here):
     """The variables (AVX2_ONLY) under which this machine runs the kernels of `run`, a CPU of this machine's kind
     (vendor, family, model, model name, torch build) whose flags are this machine's less the AVX-512 family, or None.
     A claim read from the libraries' dispatch (they choose by instruction set), measured here only on runs made under
     the same variables; an AVX2-only machine of this kind was not available to measure."""
-    if run is None or here is None or run.device != "cpu" or run.torch != here.torch:
-        return None
-    if (run.vendor, run.family, run.model, run.name) != (here.vendor, here.family, here.model, here.name):
+    if run is None or here is None or run.device != "cpu" or not same_kind(run, here):
         return None
     extra = here.flags - run.flags
     if not extra or not run.flags < here.flags or not {"avx2", "fma"} <= run.flags:

@@ -159,3 +159,12 @@ def env_info(cpu):
     return (f"PyTorch version: {cpu.torch}\nIs CUDA available: False\nCPU:\nVendor ID: {cpu.vendor}\n"
             f"Model name: {cpu.name}\nCPU family: {cpu.family}\nModel: {cpu.model}\nCore(s) per socket: "
             f"{cpu.cores}\nSocket(s): 1\nFlags: {' '.join(sorted(cpu.flags))}\n")
+
+
+def made_here(run_dir):
+    """Whether the lm-eval run in `run_dir` (its results file, anywhere below) was made on this machine's kind of CPU
+    as the audit decides it (kernels.reproduces): its kernels can be reproduced here."""
+    from evidence_audit import kernels
+    top = json.loads(next(Path(run_dir).rglob("results_*.json")).read_text(encoding="utf-8"))
+    return kernels.reproduces(kernels.from_pretty_env_info(top.get("pretty_env_info")), kernels.this_machine())[0]
+

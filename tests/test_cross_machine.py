@@ -22,7 +22,6 @@ What the tests prove (each audit runs audit.py as a user does, on a copy in tmp_
   (official and independent, +0.01) makes it exit 1.
 """
 import json
-import math
 import shutil
 from importlib.metadata import version as installed
 from pathlib import Path
@@ -32,7 +31,7 @@ import pytest
 
 from conftest import run_cli
 from evidence_audit import kernels
-from evidence_audit.lmeval import rescore
+from evidence_audit.lmeval import metrics, rescore
 
 # the real model; whose outcome depends on the kernels: .ci/run runs this tier again under the AVX2 restriction
 pytestmark = [pytest.mark.slow, pytest.mark.kernels]
@@ -143,12 +142,6 @@ def assert_mode_named(report, results):
     return mode
 
 
-def mean_and_stderr(xs):
-    """lm-eval's mean and mean_stderr (sample stddev over sqrt(n)), summed left to right as Python 3.11's sum()."""
-    mu = sum(xs) / len(xs)
-    return mu, math.sqrt(sum((x - mu) ** 2 for x in xs) / (len(xs) - 1)) / math.sqrt(len(xs))
-
-
 def shift_every_ll(rows, by):
     for row in rows:
         for i, ll in enumerate(lls(row)):
@@ -201,7 +194,8 @@ def test_swapped_clear_margin_forgery_fails(name, which, prepared_cache, tmp_pat
     row["acc_norm"] = 1.0 if int(np.argmax([ll / len(c) for ll, c in zip(new, choices)])) == gold else 0.0
     assert row["acc"] != (1.0 if int(np.argmax([a, b])) == gold else 0.0)           # the prediction did flip
     for metric in ("acc", "acc_norm"):
-        value, stderr = mean_and_stderr([r[metric] for r in rows])
+        values = [r[metric] for r in rows]
+        value, stderr = metrics.mean(values), metrics.mean_stderr(values)
         results["results"][TASK][f"{metric},none"] = value
         results["results"][TASK][f"{metric}_stderr,none"] = stderr
     write_samples(run, rows)

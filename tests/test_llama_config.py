@@ -92,7 +92,6 @@ def test_rope_parameters_of_transformers_5():
     base = {k: v for k, v in FULL.items() if k not in ("rope_theta", "rope_scaling")}
     plain = llama_hparams({**base, "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0}})
     assert (plain["rope_theta"], plain["rope_scaling"]) == (100000.0, None)
-    assert forward.rope_theta_of(plain) == 100000.0
     yarn = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 100000.0}
     scaled = llama_hparams({**base, "rope_parameters": yarn})
     assert scaled["rope_scaling"] == yarn and scaled["rope_theta"] == 100000.0

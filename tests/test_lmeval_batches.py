@@ -27,7 +27,7 @@ from evidence_audit.cli import main
 from evidence_audit.lmeval import rescore
 from evidence_audit.lmeval.fmt import Release
 from evidence_audit.lmeval.versions import KNOWN_VERSIONS
-from lmeval_runs import env_info, tampered
+from lmeval_runs import env_info, made_here, tampered
 
 # whose outcome depends on the kernels: .ci/run runs this tier again under the AVX2 restriction
 pytestmark = pytest.mark.kernels
@@ -42,12 +42,6 @@ BATCH = 4
 TASKS = {"versions_mc": 18, "versions_mi": 36}          # requests: 6 documents x 3 choices (x 2: unconditional too)
 EQUAL = "equality expected"
 OTHER_CPU = "another CPU's kernels are not reproduced here"
-
-
-def made_here(run):
-    """Whether this machine is of the kind that made `run` (its kernels can be reproduced here)."""
-    return kernels.reproduces(kernels.from_pretty_env_info(results_of(run).get("pretty_env_info")),
-                              kernels.this_machine())[0]
 
 
 def audit(tmp_path, run, version, *more):

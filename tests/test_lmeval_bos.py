@@ -19,11 +19,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from evidence_audit import forward, kernels, tokens
+from evidence_audit import forward, tokens
 from evidence_audit.cli import main
 from evidence_audit.lmeval import rescore
 from evidence_audit.lmeval.versions import KNOWN_VERSIONS, TOK_ADD_BOS, TOK_DEFAULT
-from lmeval_runs import tampered
+from lmeval_runs import made_here, tampered
 
 # whose outcome depends on the kernels: .ci/run runs this tier again under the AVX2 restriction
 pytestmark = pytest.mark.kernels
@@ -160,9 +160,7 @@ def test_each_release_passes_tokens_and_forward(version, kind, tmp_path):
             ident[rescore.BOUNDARIES]["note"]
         assert fwd[rescore.RESCORED]["status"] == "PASS"
         fig = report["details"][task]["forward"]
-        top = json.loads(next((FIXTURES / version / "bos" / kind).rglob("results_*.json")).read_text())
-        made_here = kernels.reproduces(kernels.from_pretty_env_info(top["pretty_env_info"]), kernels.this_machine())[0]
-        if version == "0.4.9.2" and made_here:   # the audit's transformers, 0.4.9.2's batches, this kind of CPU
+        if version == "0.4.9.2" and made_here(FIXTURES / version / "bos" / kind):   # the audit's transformers, 0.4.9.2's batches, this kind of CPU
             assert fig["batch_size"] == 4 and fig["tolerance"] == 0.0 and fig["max_abs_diff"] == 0.0, fig["mode"]
         elif version == "0.4.9.2":               # made on another CPU: its kernels are not reproduced here
             assert fig["batch_size"] == 4 and fig["max_abs_diff"] <= forward.TOLERANCE["float32"], fig["mode"]

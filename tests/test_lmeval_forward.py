@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from conftest import REPO
-from lmeval_runs import tampered
+from lmeval_runs import made_here, tampered
 from evidence_audit import kernels
 from evidence_audit.cli import main
 from evidence_audit.lmeval import rescore
@@ -246,13 +246,12 @@ def consistent(run, tmp_path, edit):
     lines = [json.loads(x) for x in next(sub.glob("samples_sst2_2*.jsonl")).read_text().splitlines()]
     path = next(sub.glob("results_*.json"))
     r = json.loads(path.read_text())
+    from evidence_audit.lmeval.metrics import f1_binary, mcc, mean, mean_stderr
     for m in ("acc", "acc_norm"):
         v = [x[m] for x in lines]
-        mean = sum(v) / len(v)
-        r["results"]["sst2"][f"{m},none"] = mean
+        r["results"]["sst2"][f"{m},none"] = mean(v)
         if isinstance(r["results"]["sst2"].get(f"{m}_stderr,none"), float):
-            r["results"]["sst2"][f"{m}_stderr,none"] = (sum((x - mean) ** 2 for x in v) / (len(v) - 1) / len(v)) ** 0.5
-    from evidence_audit.lmeval.metrics import f1_binary, mcc
+            r["results"]["sst2"][f"{m}_stderr,none"] = mean_stderr(v)
     for m, aggregate in (("f1", f1_binary), ("mcc", mcc)):
         if f"{m},none" in r["results"]["sst2"]:
             r["results"]["sst2"][f"{m},none"] = aggregate([tuple(x[m]) for x in lines])
@@ -465,8 +464,7 @@ def test_a_sharded_model_is_re_scored_from_every_shard(tmp_path):
     assert {r["check"] for r in fwd} >= {rescore.RESCORED, "model (parameters == results' model_num_parameters)"}
     assert all(r["status"] == "PASS" for r in fwd)
     # made on an AMD EPYC: equal on that kind of CPU; elsewhere its kernels are not reproduced (one float32 ulp here)
-    top = json.loads(next((fixture / "batched").rglob("results_*.json")).read_text())
-    made_here = kernels.reproduces(kernels.from_pretty_env_info(top["pretty_env_info"]), kernels.this_machine())[0]
+    here = made_here(fixture / "batched")
     for t in ("versions_mc", "versions_mi"):
         fig = got["details"][t]["forward"]
-        assert fig["max_abs_diff"] == 0.0 if made_here else fig["max_abs_diff"] <= 1e-6, fig
+        assert fig["max_abs_diff"] == 0.0 if here else fig["max_abs_diff"] <= 1e-6, fig

@@ -6,7 +6,6 @@ The run is the committed REAL lm-eval 0.4.9.2 output tests/fixtures/lmeval_group
 max_length 16, batch size 1, transformers' default attention); its tiny model is not committed but deterministic
 (tools/make_lmeval_group_fixtures.py build_model: seed 0), so it is rebuilt once per session here."""
 import importlib.util
-import json
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +14,7 @@ import pytest
 
 from test_lmeval_groups import FIXTURE, audit, copy_run, failures, load_results, load_samples, roll_data, rows
 from evidence_audit import forward, kernels
-from lmeval_runs import env_info
+from lmeval_runs import env_info, made_here
 from evidence_audit.lmeval import rescore
 from evidence_audit.lmeval.bootstrap import python_summation
 from evidence_audit.lmeval.metrics import bits_per_byte, builtin_sum, weighted_perplexity
@@ -126,8 +125,7 @@ def test_the_real_rolling_run_is_re_scored_window_by_window(tmp_path, model):
     assert rows(report, "fx_roll", "model (parameters")[0]["status"] == "PASS"
     assert fig["max_length"] == 16 and fig["windows_per_document"] == WINDOWS and fig["windows"] == 8
     # the run (transformers' default sdpa attention, batch size 1) on an AMD EPYC: equality on that kind of CPU only
-    top = json.loads(next(FIXTURE.rglob("results_*.json")).read_text())
-    if kernels.reproduces(kernels.from_pretty_env_info(top["pretty_env_info"]), kernels.this_machine())[0]:
+    if made_here(FIXTURE):
         assert fig["mode"].endswith("equality expected"), fig["mode"]
     else:
         assert fig["mode"].startswith("one unpadded window per pass, tolerance 0.0001 per window (the run was made "

@@ -38,19 +38,18 @@ def score_in_child(job, env, timeout=3600):
 def main():
     import torch
 
-    from evidence_audit.lmeval.rescore import score_requests, scorer_for
+    from evidence_audit.lmeval.rescore import score_with_margins, scorer_for
 
     job = json.loads(sys.stdin.read())
     torch.set_num_threads(job["threads"])
     scorer, why = scorer_for(job["model_dir"], job["dtype"], "cpu", job["attention"])
     if scorer is None:
         raise SystemExit(why)
-    margins = {}
     sdt = getattr(torch, job["softmax_dtype"]) if job["softmax_dtype"] else None
-    got = score_requests(scorer.logits, [tuple(map(list, r)) for r in job["requests"]], job["batch_size"],
-                         job["max_length"], job["group"], sdt, "cpu", margins)
+    got = score_with_margins(scorer.logits, [tuple(map(list, r)) for r in job["requests"]], job["batch_size"],
+                             job["max_length"], job["group"], sdt, "cpu")
     print(json.dumps({"label": scorer.label, "capability": torch.backends.cpu.get_cpu_capability(),
-                      "scores": [[s, g, margins[n]] for n, (s, g) in enumerate(got)]}))
+                      "scores": [list(row) for row in got]}))
 
 
 if __name__ == "__main__":

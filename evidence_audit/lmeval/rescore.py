@@ -486,6 +486,13 @@ def score_requests(logits, requests, batch_size, max_length=None, group=True, so
     return out
 
 
+def score_with_margins(logits, requests, batch_size, max_length, group, softmax_dtype, device):
+    """score_requests' [(score, is_greedy)] with each request's greedy margin: [(score, is_greedy, margin)]."""
+    margins = {}
+    got = score_requests(logits, requests, batch_size, max_length, group, softmax_dtype, device, margins)
+    return [(score, greedy, margins[n]) for n, (score, greedy) in enumerate(got)]
+
+
 # ---- the forward level ---------------------------------------------------------------------------------------------
 
 def safetensors_parameters(path):
@@ -580,12 +587,10 @@ def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok, attention=
         label = scorer.label + " in a child process held to " + ", ".join(f"{k}={v}" for k, v in env.items())
         _RUNS[key] = (top, dict(zip(names, got)), label)
         return _RUNS[key][1], label, None
-    margins = {}
     if threads:
         forward.use_threads(threads)
-    got = score_requests(scorer.logits, requests, batch_size or 1, max_len, flag(args, "logits_cache") is not False,
-                         softmax_dtype(args), device, margins)
-    got = [(score, greedy, margins[n]) for n, (score, greedy) in enumerate(got)]
+    got = score_with_margins(scorer.logits, requests, batch_size or 1, max_len, flag(args, "logits_cache") is not False,
+                             softmax_dtype(args), device)
     _RUNS[key] = (top, dict(zip(names, got)), scorer.label)
     return _RUNS[key][1], scorer.label, None
 
@@ -639,6 +644,19 @@ def decisions(t, s, lls, delim):
     return {m: out[m] for m in listed if m in out}
 
 
+def logged_rows(t, keep, scores):
+    """[(sample, [(logged loglikelihood, is_greedy)], [recomputed (score, greedy, greedy margin)])] of the kept
+    documents, the first line of each (a document logged under several filters is scored once)."""
+    rows, seen = [], set()
+    for s in t.samples:
+        if s.doc_id not in keep or s.doc_id in seen:
+            continue
+        seen.add(s.doc_id)
+        logged = [fmt.loglikelihood(t.path, s, v, f"resps[{i}][0]") for i, v in enumerate(x[0] for x in s.raw["resps"])]
+        rows.append((s, logged, [scores[(t.name, s.doc_id, i)] for i in range(len(s.requests))]))
+    return rows
+
+
 def compare(t, keep, scores, dtype, tol, delim=("", "")):
     """Every kept sample's logged (loglikelihood, is_greedy) against `scores` {(task, doc, request): (score, greedy,
     greedy margin)}: the figures and the failures. tol 0: equality. Otherwise a score may differ by tol (the dtype's
@@ -647,30 +665,23 @@ def compare(t, keep, scores, dtype, tol, delim=("", "")):
     near-tie (reported, not failed) when its recomputed margin is within forward.MARGIN_TOLERANCE[dtype] (scaled by
     the larger weight of the two scores: decisions), a flipped is_greedy when its token margin is within twice the
     tolerance; else a failure."""
-    rows, seen = [], set()
-    for s in t.samples:
-        if s.doc_id not in keep or s.doc_id in seen:
-            continue
-        seen.add(s.doc_id)
-        logged = [fmt.loglikelihood(t.path, s, v, f"resps[{i}][0]") for i, v in enumerate(x[0] for x in s.raw["resps"])]
-        rows.append((s, logged, [scores[(t.name, s.doc_id, i)] for i in range(len(s.requests))]))
+    rows = logged_rows(t, keep, scores)
     signed = [ll - new[0] for _, logged, got in rows for (ll, _), new in zip(logged, got)]
     diffs = [abs(d) for d in signed]
-    allow = tol
     margin_allow = forward.MARGIN_TOLERANCE[dtype] if math.isfinite(tol) and tol else tol
     bad, bad_flip, bad_greedy, moved, flips, near, greedy_flips = [], [], [], set(), [], [], []
     agg = {}
     for s, logged, got in rows:
         for i, ((ll, greedy), (score, greedy_new, margin)) in enumerate(zip(logged, got)):
             d = abs(score - ll)
-            if not d <= allow:
+            if not d <= tol:
                 moved.add(s.doc_id)
                 bad.append(f"{s.where} resps[{i}]: logged {ll!r}, recomputed {score!r} in lm-eval's batches (|diff| "
                            f"{d:.3g}; equality expected, {dtype})" if not tol else
                            f"{s.where} resps[{i}]: logged {ll!r}, recomputed {score!r} (|diff| {d:.3g} > allowance "
-                           f"{allow:.3g}, {dtype})")
+                           f"{tol:.3g}, {dtype})")
             if greedy != greedy_new:
-                if tol and abs(margin) <= 2 * allow:
+                if tol and abs(margin) <= 2 * tol:
                     near.append(f"{s.where} resps[{i}] is_greedy (recomputed margin {margin:.3g})")
                 else:
                     greedy_flips.append(s.doc_id)
@@ -687,7 +698,7 @@ def compare(t, keep, scores, dtype, tol, delim=("", "")):
             margin = sc[b] - sc[a]
             # two choices of one context move together (MARGIN_TOLERANCE); mutual information's unconditional terms
             # are scored apart, so each of its scores may move by its own tolerance
-            near_allow = allow * (w[a] + w[b]) if m == "acc_mutual_info" else margin_allow * max(w[a], w[b])
+            near_allow = tol * (w[a] + w[b]) if m == "acc_mutual_info" else margin_allow * max(w[a], w[b])
             if tol and margin <= near_allow:
                 agg[m][1] += 1
                 near.append(f"{s.where} {m}: logged choice {a}, recomputed {b} (recomputed margin {margin:.3g})")
@@ -697,10 +708,8 @@ def compare(t, keep, scores, dtype, tol, delim=("", "")):
                                 f"ones {b}, by a margin of {margin:.3g}" + (f" (past the near-tie allowance "
                                 f"{near_allow:.3g}: a flipped prediction)" if tol else
                                 " (equality expected: a flipped prediction)"))
-    n = len(signed)
-    mean = sum(signed) / n if n else 0.0
-    sd = math.sqrt(sum((x - mean) ** 2 for x in signed) / (n - 1)) if n > 1 else 0.0
-    fig = {"spread": forward.spread(diffs), "n": n, "moved": sorted(moved), "argmax_flips": sorted(set(flips)),
+    mean, sd = forward.mean_sd(signed)
+    fig = {"spread": forward.spread(diffs), "n": len(signed), "moved": sorted(moved), "argmax_flips": sorted(set(flips)),
            "is_greedy_flips": sorted(set(greedy_flips)), "near_ties": near, "bit_identical": diffs.count(0.0),
            "mean_signed_diff": mean, "sd_signed_diff": sd,
            "recomputed_metrics": {m: (sum(v) / len(v), k) for m, (v, k, ok) in agg.items() if ok and v}}
@@ -758,9 +767,8 @@ def rescore_plan(t, top, model_dir, dtype, plan, device, keep, tok, threads):
                                       plan.env)
         if scores is None:
             return None, None, why, None, None, None
-        same = sum(scores[(t.name, s.doc_id, i)][0] == fmt.loglikelihood(t.path, s, v[0], f"resps[{i}][0]")[0]
-                   for s in t.samples if s.doc_id in keep for i, v in enumerate(s.raw["resps"]))
-        total = sum(len(s.raw["resps"]) for s in t.samples if s.doc_id in keep)
+        pairs = [(ll, got[0]) for _, logged, new in logged_rows(t, keep, scores) for (ll, _), got in zip(logged, new)]
+        same, total = sum(a == b for a, b in pairs), len(pairs)
         if best is None or same > best[0]:
             best = (same, n, scores, label)
         if same == total:
