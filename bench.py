@@ -51,14 +51,27 @@ recorded next to them.
 import argparse
 import json
 import os
+import queue
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+import torch
+
+import local_model
+import resources
+from adapter import load_model, load_tokenizer
 from config import CONFIG, effective
+from experiments import fast_scoring, official, options, protocol, scoring
+from experiments.context import Context, Data, Inputs, Options
+from experiments.evidence import IdentityMismatch, Stages, cpu_model
+from experiments.selection import load_rows
+from resources import ResourceError, fail
 
 REPO = Path(__file__).resolve().parent
 METHODS = ["lm_eval_b1", "lm_eval_b16", "parity_b1", "parity", "fast", "dual", "options"]
@@ -67,9 +80,8 @@ SHARED = CONFIG["shared"]              # defaults of --model / --data, the sgemm
 
 def bench_config(overrides=None, sections=None):
     """The protocol experiment's effective settings (these are its requests), plus overrides such as --model."""
-    from experiments.protocol import CONFIG_SECTIONS
 
-    return effective(sections or CONFIG_SECTIONS, overrides)
+    return effective(sections or protocol.CONFIG_SECTIONS, overrides)
 
 
 def batch_of(m, prefix):
@@ -96,7 +108,6 @@ def _peak_rss_bytes():
 def worker(method, spec_path, result_path):
     spec = json.loads(Path(spec_path).read_text())
     config = bench_config(spec["config"])
-    import torch
 
     torch.set_num_threads(config["threads"])
     reqs = spec["requests"]                     # [{"idx", "label", "context", "candidates"}]
@@ -119,8 +130,7 @@ def worker(method, spec_path, result_path):
 
 def score_lm_eval(model_dir, reqs, config, batch_size):
     """(scores per request, timed wall s, load s, extra) through lm-eval's HFLM.loglikelihood."""
-    t0 = time.perf_counter()                    # load_s counts the imports too
-    from experiments import official
+    t0 = time.perf_counter()                    # load_s: the model load, with the imports it triggers
 
     config = dict(config, official_batch_size=batch_size)
     lm = official.make_lm(model_dir, config)
@@ -139,9 +149,7 @@ def score_lm_eval(model_dir, reqs, config, batch_size):
 
 def score_independent(model_dir, reqs, config, method):
     """(scores per request, timed wall s, load s, extra) through the independent path in parity or fast mode."""
-    t0 = time.perf_counter()                    # load_s counts the imports too
-    from adapter import load_model, load_tokenizer
-    from experiments import fast_scoring, scoring
+    t0 = time.perf_counter()                    # load_s: the model load, with the imports it triggers
 
     tok = load_tokenizer(model_dir)
     model = load_model(model_dir, config)
@@ -174,10 +182,7 @@ def gemm_only(model, plan, workers):
     layer on one row per sequence) on random inputs of each batch's padded shape, with the fast mode's workers
     and threads. fast wall / this = what the rest costs (attention, norms, activations, Python); this / the floor =
     the kernels' efficiency at these shapes. None when the model has no nn.Linear layers."""
-    import queue
-    import threading
 
-    import torch
 
     linears = [m for m in model.model.modules() if isinstance(m, torch.nn.Linear)]
     if not linears:
@@ -214,8 +219,6 @@ def gemm_only(model, plan, workers):
 
 def experiment_context(module, spec, out_dir):
     """A run.py-like Context for `module` over the bench rows (split "all" of the bench parquet: every row)."""
-    from experiments.context import Context, Data, Inputs, Options
-    from experiments.evidence import Stages
 
     data = Data(id=spec["data_id"], schema="sst2", parquet_path=Path(spec["parquet"]),
                 content_sha256=spec["data_content_sha256"], split="validation")
@@ -230,9 +233,6 @@ def run_experiment_method(method, spec):
     """dual / options through the experiments' own code on every bench row: (scores, wall, load s, extra).
 
     An identity mismatch (the paths disagree) is a result here, not a crash: it is recorded and reported."""
-    from experiments import options, protocol
-    from experiments.evidence import IdentityMismatch
-    from experiments.selection import load_rows
 
     module = protocol if method == "dual" else options
     with tempfile.TemporaryDirectory(prefix=f"bench-{method}-") as out:
@@ -265,7 +265,6 @@ def run_experiment_method(method, spec):
 
 
 def sgemm_worker(result_path, n=4096, reps=5):
-    import torch
 
     torch.set_num_threads(SHARED["threads"])
     torch.manual_seed(0)
@@ -302,8 +301,6 @@ def build_requests(rows, n, config):
 
 def count_work(model_dir, reqs, config):
     """T and R of the floor, from the tokenised requests (the fast mode's plan without padding)."""
-    from adapter import load_tokenizer
-    from experiments import fast_scoring, scoring
 
     tok = load_tokenizer(model_dir)
     treqs, ctx_tokens = [], 0
@@ -331,10 +328,9 @@ def run_sub(args, timeout):
 
 
 def diff_vs(ref, other):
-    from experiments.scoring import argmax_first
 
     diffs = [abs(a - b) for x, y in zip(ref, other) for a, b in zip(x, y)]
-    return {"max_abs_diff": max(diffs), "n_argmax_changes": sum(argmax_first(x) != argmax_first(y)
+    return {"max_abs_diff": max(diffs), "n_argmax_changes": sum(scoring.argmax_first(x) != scoring.argmax_first(y)
                                                                 for x, y in zip(ref, other)),
             "n_scores_equal": sum(d == 0.0 for d in diffs), "n_scores": len(diffs)}
 
@@ -555,11 +551,8 @@ def targets_of(table):
 def bench_data(args, tmp):
     """(model_dir, model identity, data id, parquet path, content sha256, rows). --data-file is read with the same
     reader prepare.py uses and written as a parquet into `tmp`; --data is the cache's verified copy."""
-    import resources
-    from experiments.selection import load_rows
 
     rows = resources.read_data_file(args.data_file) if args.data_file else None      # a bad file: one line, first
-    import local_model
 
     manifest = resources.prepared_manifest(args.cache)
     model_dir, model_identity = resources.verified_model(Path(args.cache), args.model, manifest,
@@ -580,7 +573,6 @@ def bench_data(args, tmp):
 
 def scaling_run(args, nproc, out):
     """`run.py --experiment E --no-cache` in one process (nproc 1) or under torchrun; (wall seconds, load after)."""
-    import socket
 
     env = dict(os.environ, EVAL_TORCH_THREADS="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     run = [str(REPO / "run.py"), "--cache", args.cache, "--out", str(out), "--model", args.model, "--data",
@@ -676,8 +668,6 @@ def main(argv=None):
     if args.scaling:
         return scaling_main(args)
 
-    from experiments.evidence import cpu_model
-    from resources import ResourceError, fail
 
     methods = [m for m in args.methods.split(",") if m]
     if not methods or not all(map(known_method, methods)):

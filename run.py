@@ -46,9 +46,9 @@ from pathlib import Path
 import config
 import local_model
 import registry
-import report
 import resources
 from adapter import device_problem
+from evidence_report import page as report_page
 from experiments import EXPERIMENTS, launch, parallel, result_cache
 from experiments.context import Context, Data, Inputs, Options
 from experiments.evidence import (MARKER, IdentityMismatch, ScoringError, Stages, environment, evidence_entries,
@@ -283,7 +283,7 @@ def route_data(args, modules, named):
     schema = entry.get("schema", "sst2")
     wants = {n: getattr(m, "DATA_SCHEMA", "sst2") for n, m in modules.items()}
     wrong = [n for n, w in wants.items() if w not in (None, schema)]
-    nouns = {"sst2": "SST-2-shaped", "mctaco": "MC-TACO-shaped"}
+    nouns = {resources.SST2.name: "SST-2-shaped", resources.MCTACO.name: "MC-TACO-shaped"}
     if wrong and (named or schema != "sst2"):
         theirs = " / ".join(sorted({nouns.get(wants[n], wants[n]) for n in wrong}))
         raise ResourceError(f"--data {args.data} is {nouns.get(schema, schema)} data; experiment(s) "
@@ -291,7 +291,9 @@ def route_data(args, modules, named):
                             "experiments that read it")
     for n in wrong:
         print(f"note: --data {args.data} is {nouns.get(schema, schema)}; {n} scores its own configured data")
-    return {n: {"mctaco_data": args.data} for n, w in wants.items() if w == "mctaco" and schema == "mctaco"}
+    # an experiment that names its data under a key of its own gets --data there (the others read config "data")
+    keys = {n: getattr(m, "DATA_CONFIG_KEY", "data") for n, m in modules.items()}
+    return {n: {keys[n]: args.data} for n, w in wants.items() if w == schema and keys[n] != "data"}
 
 
 def check_device(args):
@@ -556,6 +558,10 @@ def run_experiment(module, ctx, env):
     except (ScoringError, parallel.RankFailure) as e:
         print(f"error: [{name}] {e}", file=sys.stderr)
         return 1
+    undeclared = undeclared_files(registry.find(name), result)
+    if undeclared:
+        print(f"error: [{name}] {undeclared}", file=sys.stderr)
+        return 1
     data_parallel = launch.rank_stages(plan, name, ctx.stages.stages, started)   # collective: every rank is here
     if not parallel.is_writer(plan):
         return 0
@@ -565,6 +571,21 @@ def run_experiment(module, ctx, env):
         return 0
     install_evidence(out, ctx, module, result, env, started, data_parallel)
     return 0
+
+
+def undeclared_files(declared, result):
+    """Why the extra files of `result` disagree with registry.py's declaration of the experiment, or None. The audit
+    knows which files an experiment writes only from that declaration: a public file written but not declared would
+    fail every audit, a private file declared but not written would too, so the run stops instead. (Private files
+    beyond the declared ones are allowed: the harness keeps a copy of each task file it read.)"""
+    if sorted(result.public) != sorted(declared.public_extras):
+        return (f"the experiment wrote the public files {sorted(result.public)} but registry.py declares "
+                f"public_extras={declared.public_extras!r}: declare what it writes")
+    missing = [f for f in declared.private_files if f not in result.private]
+    if missing:
+        return (f"registry.py declares the private files {declared.private_files!r} but the experiment did not "
+                f"write {', '.join(missing)}")
+    return None
 
 
 def install_evidence(out, ctx, module, result, env, started, data_parallel):
@@ -586,7 +607,7 @@ def write_report(out, names):
     if not any((out / n / "summary.json").exists() for n in names):
         return
     try:  # the evidence is already installed; a report that cannot be written must not hide it
-        print(f"report: {report.write(out)}")
+        print(f"report: {report_page.write(out)}")
     except OSError as e:
         print(f"warning: report.html not written ({e}); run: python report.py {out}", file=sys.stderr)
 

@@ -71,6 +71,11 @@ class Checks:
     def __init__(self, options=None):
         self.rows = []
         self.options = options if options is not None else AuditOptions()
+        self.headline_notes = []     # what a rule puts on the RESULT line, where a reader looks first
+
+    def headline_note(self, text):
+        """Say `text` on the RESULT line too (e.g. that a run scored user tasks, not the shipped fixtures)."""
+        self.headline_notes.append(text)
 
     def add(self, experiment, level, check, items, failures, note=""):
         """A check group that ran on `items` items: PASS without failures, else FAIL with every message."""

@@ -68,6 +68,8 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
               "n_skipped_requested": len(skipped_requested), "details": info, "run_id": sealed["run_id"],
               "public_only": public_only, "private_absent": sealed["private_absent"],
               "exit_code": 1 if "FAIL" in status else 0}
+    if C.headline_notes:
+        report["headline_note"] = "; ".join(C.headline_notes)
     return headline(report)
 
 
@@ -92,9 +94,6 @@ def headline(report):
         report["result"] = "PASS (public evidence only; identity and forward levels not run)"
     else:
         report["result"] = "PASS"
-    task_set = ((report.get("details") or {}).get("harness") or {}).get("task_set")
-    if isinstance(task_set, str) and not task_set.startswith("the shipped fixtures"):
-        report["headline_note"] = f"harness on {task_set}"     # on the RESULT line, where a reader looks first
     return report
 
 
@@ -134,13 +133,12 @@ MAX_ARGS = 10_000       # a command line is untrusted bytes too
 # the public files of O/<experiment>/ (run.py's write_evidence: the five of every experiment, plus the extras an
 # experiment's Result.public names) and the top-level files of O; anything else in the public part has no rule
 PUBLIC_FILES = ("config.json", "identity.json", "records.jsonl", "summary.json", "stages.json")
-PUBLIC_EXTRAS = {"harness": ("leaderboard.json",)}
+PUBLIC_EXTRAS = {e.name: e.public_extras for e in registry.EXPERIMENTS}        # declared in registry.py
 TOP_FILES = ("MANIFEST.json", "environment.json", "report.html", "run.log")
-TOP_OF_EXPERIMENT = {"extraction": ("extraction.preregistration.json",)}    # written into O before the model loads
+TOP_OF_EXPERIMENT = {e.name: e.top_files for e in registry.EXPERIMENTS}    # written into O before the model loads
 # the private files every experiment run.py installs (run.json ties the private half to the public one by the run id),
 # and the text file each experiment's Result.private names
-PRIVATE_FILES = {"protocol": ("texts.jsonl",), "options": ("texts.jsonl",), "mctaco": ("texts.jsonl",),
-                 "extraction": ("generations.jsonl",), "harness": ("leaderboard.json",)}
+PRIVATE_FILES = {e.name: e.private_files for e in registry.EXPERIMENTS}
 MIN_TEXT = 20           # shorter private strings (an answer, a label) may appear in public files legitimately
 MAX_SCAN_BYTES = 256 * 1024 * 1024      # the private-text scan reads at most this much of the public part
 

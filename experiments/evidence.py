@@ -16,6 +16,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import registry
 from resources import REPO, atomic_write_bytes, atomic_write_json, atomic_write_text, dumps, sha256_bytes, sha256_file
 
 # The version of the evidence this code writes: the layout of O and the fields of every file in it. Every JSON
@@ -98,13 +99,12 @@ def git_identity():
 
 # The code that can change what an experiment computes from the same verified inputs and the same effective config:
 # a score, a prediction, a generation, a figure of its summary. code_sha256() hashes these files and no others, so
-# an edit of the report, the audit, bench.py or prepare.py keeps every cached score and every identity.
-CODE_FILES = (
+# an edit of the report, the audit, bench.py or prepare.py keeps every cached score and every identity. Each
+# experiment's own files are declared with it in registry.py; these are the ones they share.
+SHARED_CODE_FILES = (
     "resources.py",                   # the data schemas: MC-TACO's rows, categories and question groups
     "adapter.py",                     # the model and tokenizer as both paths load them
     "harness/hf_model.py",            # the one model loader (dtype, attention, threads, safetensors, eval mode)
-    "experiments/protocol.py", "experiments/options.py", "experiments/mctaco.py", "experiments/extraction.py",
-    "experiments/harness.py",         # the five experiments
     "experiments/selection.py",       # which rows are scored, in which order
     "experiments/official.py",        # the official path (lm-eval's calls, its task, its filters and metrics)
     "experiments/scoring.py",         # the independent path's batches and scores
@@ -113,11 +113,8 @@ CODE_FILES = (
     "experiments/parallel.py", "experiments/shards.py",            # the parts of a data-parallel run, gathered
     "experiments/result_cache.py",    # a served score is the float read back from the cache
     "experiments/stats.py",           # the uncertainty figures of every summary
-    "experiments/extraction_scorers.py", "experiments/extraction_sample.py",   # extraction's scores, audit sample
-    # what the harness experiment runs: tasks, generation, metrics, the code_exec sandbox and its leaderboard
-    "harness/tasks.py", "harness/adapters.py", "harness/runner.py", "harness/metrics.py", "harness/leaderboard.py",
-    "harness/sandbox.py", "harness/jail.py", "harness/proctree.py", "harness/strict_json.py",
 )
+CODE_FILES = SHARED_CODE_FILES + tuple(f for f in registry.CODE_FILES if f not in SHARED_CODE_FILES)
 
 # The repository modules the experiments import that are left out of CODE_FILES, each with the reason. A test walks
 # the experiments' imports and requires every module it reaches to be in one of the two.

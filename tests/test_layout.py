@@ -6,6 +6,7 @@ commands whose scripts answer --help, and no stale timing in the README (those l
 tests/test_prepare.py for the bottom layer and bench.py, tests/test_harness.py for harness/.)"""
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -238,3 +239,22 @@ def test_every_script_the_docs_run_answers_help():
         if proc.returncode != 0 or "usage" not in out.lower():
             failed.append(f"{script} --help: exit {proc.returncode}\n{out[-800:]}")
     assert not failed, "\n".join(failed)
+
+
+def test_nothing_imports_a_script():
+    """The scripts are the top layer: no module of the repository (tools/ included, tests aside) imports one, so a
+    script can change its command line without breaking the code below it (run.py writes the page through
+    evidence_report, not through report.py)."""
+    scripts = {"run", "prepare", "audit", "report", "bench", "synth_mctaco"}
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=REPO,
+                            capture_output=True, check=True, text=True).stdout.split()
+    found = []
+    for rel in sorted(set(listed)):
+        if rel.startswith("tests/") or not (REPO / rel).is_file():
+            continue
+        for node in ast.walk(ast.parse((REPO / rel).read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                     else [])
+            found += [f"{rel}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in scripts]
+    assert not found, found

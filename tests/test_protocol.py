@@ -228,7 +228,8 @@ def fake_experiment(name, sleep_s):
         with ctx.stages.stage("work"):
             time.sleep(sleep_s)
         return Result(config={"experiment": name}, records=[{"idx": 0}], summary={"experiment": name},
-                      headline=f"{name} finished", token_stats={}, prompt_template_sha256="p" * 64)
+                      headline=f"{name} finished", token_stats={}, prompt_template_sha256="p" * 64,
+                      private={"texts.jsonl": ""})        # the private file registry.py declares for it
     module.run = run
     return module
 

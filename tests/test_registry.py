@@ -106,6 +106,69 @@ def test_find_and_config_sections():
         registry.config_sections("no-such-experiment")
 
 
+def test_file_lists_and_code_files_derive_from_the_registry():
+    """The audit's lists of the files each experiment writes and the hashed code files are views of registry.py, so
+    declaring an experiment there is all evidence.py and the audit's driver need."""
+    from evidence_audit import driver
+    from experiments import evidence
+
+    for e in registry.EXPERIMENTS:
+        assert driver.PRIVATE_FILES[e.name] == e.private_files
+        assert driver.PUBLIC_EXTRAS[e.name] == e.public_extras
+        assert driver.TOP_OF_EXPERIMENT[e.name] == e.top_files
+        assert e.code_files[0] == e.runner.replace(".", "/") + ".py", e
+        assert set(e.code_files) <= set(evidence.CODE_FILES), e
+        assert all((REPO / f).is_file() for f in e.code_files), e
+    assert set(evidence.CODE_FILES) == set(evidence.SHARED_CODE_FILES) | set(registry.CODE_FILES)
+
+
+def test_run_refuses_files_the_registry_does_not_declare():
+    import run
+    from experiments.context import Result
+
+    declared = registry.find("harness")
+    result = Result(config={}, records=[], summary={}, headline="", token_stats={}, prompt_template_sha256="",
+                    public={"leaderboard.json": "{}"}, private={"leaderboard.json": "{}", "tasks/a.jsonl": ""})
+    assert run.undeclared_files(declared, result) is None            # private files beyond the declared ones: allowed
+    result.public["notes.md"] = ""
+    assert "public files ['leaderboard.json', 'notes.md']" in run.undeclared_files(declared, result)
+    del result.public["notes.md"]
+    del result.private["leaderboard.json"]
+    assert "did not write leaderboard.json" in run.undeclared_files(declared, result)
+
+
+# Where an experiment's name may be written as a string literal: the registry, config.py (its section of settings),
+# the experiment's own modules, and these, each for its reason.
+NAME_LITERALS_ALLOWED = {
+    "evidence_audit/mutations/": "the self-test's tamper kinds: each edits one named experiment's evidence (test data)",
+    "bench.py": "the `options` benchmark method times that experiment's own code",
+    "resources.py": "the MC-TACO data schema, named after the dataset, not after the experiment that reads it",
+}
+
+
+def own_modules(name):
+    return (f"experiments/{name}.py", f"experiments/{name}_", f"evidence_audit/rules/{name}.py",
+            f"evidence_audit/rules/{name}_", f"evidence_report/sections/{name}.py", f"{name}/")
+
+
+def test_no_experiment_name_is_written_outside_its_own_modules():
+    """An experiment is named in registry.py and in its own modules; the code that serves every experiment (run.py,
+    experiments/evidence.py, the audit's driver, the report) reads the registry instead, so adding or renaming one
+    edits none of it. Counted by AST: string constants equal to a declared name."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=REPO,
+                            capture_output=True, check=True, text=True).stdout.split()
+    found = []
+    for rel in sorted(set(listed)):
+        if rel.startswith(("tests/", "tools/")) or rel in ("registry.py", "config.py") \
+                or rel.startswith(tuple(NAME_LITERALS_ALLOWED)) or not (REPO / rel).is_file():
+            continue
+        for node in ast.walk(ast.parse((REPO / rel).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in registry.NAMES \
+                    and not rel.startswith(own_modules(node.value)):
+                found.append(f"{rel}:{node.lineno} {node.value!r}")
+    assert not found, found
+
+
 # ---- slow: adding an experiment, in a copy of the repository -----------------------------------------------------
 
 TOY_RUNNER = '''"""toy: the labels of the selected items, counted. A test of the registry, not a study."""
@@ -115,7 +178,7 @@ import registry
 from experiments.context import Result
 from experiments.selection import config_head, load_rows, select_items
 
-NAME = "toy"
+NAME = "label_count"
 CONFIG_SECTIONS = registry.config_sections(NAME)
 
 
@@ -146,7 +209,7 @@ A = "arithmetic"
 SHAPE = RecordShape(fields={"idx": is_int, "rank": is_int, "label": is_int})
 
 
-def audit_toy(C, name, out, levels, cache):
+def audit_label_count(C, name, out, levels, cache):
     return run_levels(C, name, out, levels, cache, arithmetic, identity, no_forward="the toy scores nothing")
 
 
@@ -182,14 +245,14 @@ def identity(C, name, out, ev, records, model_dir, parquet):
 TOY_SECTION = '''"""toy: the label count."""
 from evidence_report.tables import kv_table
 
-NAME = "toy"
+NAME = "label_count"
 
 
 def render(exp_dir, summary):
     return kv_table([("items", summary["n_items"]), ("positive labels", summary["n_positive"])], "toy-counts")
 '''
 
-TOY_LINE = '    declare("toy", ("shared",)),\n'
+TOY_LINE = '    declare("label_count", ("shared",)),\n'
 
 
 def repository_copy(dest):
@@ -206,14 +269,14 @@ def repository_copy(dest):
 
 def add_toy(repo):
     """ARCHITECTURE.md's steps: three modules and one registry line. Returns the files touched."""
-    (repo / "experiments" / "toy.py").write_text(TOY_RUNNER)
-    (repo / "evidence_audit" / "rules" / "toy.py").write_text(TOY_RULE)
-    (repo / "evidence_report" / "sections" / "toy.py").write_text(TOY_SECTION)
+    (repo / "experiments" / "label_count.py").write_text(TOY_RUNNER)
+    (repo / "evidence_audit" / "rules" / "label_count.py").write_text(TOY_RULE)
+    (repo / "evidence_report" / "sections" / "label_count.py").write_text(TOY_SECTION)
     reg = repo / "registry.py"
     text = reg.read_text()
     end = text.index("\n)\n", text.index("EXPERIMENTS = (")) + 1        # the closing parenthesis of EXPERIMENTS
     reg.write_text(text[:end] + TOY_LINE + text[end:])
-    return ["experiments/toy.py", "evidence_audit/rules/toy.py", "evidence_report/sections/toy.py", "registry.py"]
+    return ["experiments/label_count.py", "evidence_audit/rules/label_count.py", "evidence_report/sections/label_count.py", "registry.py"]
 
 
 def snapshot(repo):
@@ -235,19 +298,30 @@ def test_adding_an_experiment_touches_four_files(tiny_cache, tmp_path):
     before = snapshot(repo)
     touched = add_toy(repo)
     assert changed_files(before, snapshot(repo)) == sorted(touched) and len(touched) <= 4
+    # the toy committed in the copy, and the guard tests run there: the registry's derived lists, the code files
+    # hashed into every identity, the module contract and the layout hold with no other file edited
+    git = ["git", "-c", "user.name=toy", "-c", "user.email=toy@localhost"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the toy experiment"]):
+        subprocess.run(git + args, cwd=repo, check=True, capture_output=True)
+    proc = run_cli("-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m", "not slow",
+                   "tests/test_registry.py", "tests/test_layout.py", "tests/test_result_cache.py::"
+                   "test_code_files_exist_and_every_module_the_experiments_import_is_listed_or_excluded",
+                   cwd=repo, timeout=900, unset=("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT",
+                                                 "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST"))
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
 
     out = tmp_path / "O"
-    proc = in_copy(repo, "run.py", "--cache", tiny_cache, "--out", out, "--smoke", "--experiment", "toy",
+    proc = in_copy(repo, "run.py", "--cache", tiny_cache, "--out", out, "--smoke", "--experiment", "label_count",
                    "--model", "tiny-random-llama")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    summary = json.loads((out / "toy" / "summary.json").read_text())
+    summary = json.loads((out / "label_count" / "summary.json").read_text())
     assert summary["n_items"] == 2 and summary["split"] == "smoke", summary
 
     tampered = tmp_path / "tampered"
     shutil.copytree(out, tampered)
     proc = in_copy(repo, "audit.py", out)
     assert proc.returncode == 0 and "RESULT: PASS" in proc.stdout, proc.stdout + proc.stderr
-    rows = [c for c in json.loads((out / "audit.json").read_text())["checks"] if c["experiment"] == "toy"]
+    rows = [c for c in json.loads((out / "audit.json").read_text())["checks"] if c["experiment"] == "label_count"]
     names = {c["check"] for c in rows if c["status"] == "PASS"}
     assert {"config consistency", "item selection", "summary.json values"} <= names, rows
 
@@ -257,11 +331,11 @@ def test_adding_an_experiment_touches_four_files(tiny_cache, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for page in (out / "report.html", page_dir / "report.html"):          # run.py's own page, and report.py's
         html = page.read_text()
-        assert '<section id="toy">' in html and 'id="toy-counts"' in html, page
-        assert "render-error" not in html.split('<section id="toy">')[1], page
+        assert '<section id="label_count">' in html and 'id="toy-counts"' in html, page
+        assert "render-error" not in html.split('<section id="label_count">')[1], page
 
     # one label flipped, and the forger's reseal of MANIFEST.json: the toy's own rule must catch it
-    records = tampered / "toy" / "records.jsonl"
+    records = tampered / "label_count" / "records.jsonl"
     lines = [json.loads(line) for line in records.read_text().splitlines()]
     lines[0]["label"] = 1 - lines[0]["label"]
     records.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in lines))
@@ -271,4 +345,4 @@ def test_adding_an_experiment_touches_four_files(tiny_cache, tmp_path):
     proc = in_copy(repo, "audit.py", tampered)
     assert proc.returncode == 1 and "RESULT: FAIL" in proc.stdout, proc.stdout + proc.stderr
     failed = [c for c in json.loads((tampered / "audit.json").read_text())["checks"] if c["status"] == "FAIL"]
-    assert [(c["experiment"], c["check"]) for c in failed] == [("toy", "summary.json values")], failed
+    assert [(c["experiment"], c["check"]) for c in failed] == [("label_count", "summary.json values")], failed

@@ -542,7 +542,7 @@ def test_run_py_sets_a_damaged_cache_aside_before_any_scoring(tmp_path, monkeypa
     def run(ctx):
         seen.append(sorted(p.name.split("-2")[0] for p in cache_dir.iterdir()))
         return Result(config={}, records=[{"idx": 0}], summary={}, headline="done", token_stats={},
-                      prompt_template_sha256="p" * 64)
+                      prompt_template_sha256="p" * 64, private={"texts.jsonl": ""})   # as registry.py declares
     import types
     module = types.ModuleType("fake_protocol")
     module.NAME, module.CONFIG_SECTIONS, module.data_label, module.run = "protocol", ("shared", "protocol"), \

@@ -362,6 +362,8 @@ def provenance_check(C, name, records, tasks_cfg):
     task_set = h_task_set(is_fixture)
     C.add(name, ARITHMETIC, PROVENANCE, len(records), bad,
           note=f"harness on {task_set}".upper() if not all(is_fixture.values()) else f"harness on {task_set}")
+    if not task_set.startswith("the shipped fixtures"):
+        C.headline_note(f"harness on {task_set}")
     return task_set
 
 
