@@ -20,7 +20,18 @@ adapter or lm_eval: every rule is written again there, on purpose.
 """
 import sys
 
-from evidence_audit.cli import main
+from evidence_audit.arguments import parse_args
+from evidence_audit.lmeval.command import lmeval_main
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.lm_eval is not None:
+        return lmeval_main(args)
+    # run.py evidence's front-end imports every rule of evidence_audit/rules/: loaded only when OUT is audited
+    from evidence_audit.cli import audit_evidence
+    return audit_evidence(args)
+
 
 if __name__ == "__main__":
     sys.exit(main())

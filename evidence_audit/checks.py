@@ -117,6 +117,33 @@ def first_failure(report):
     return next((r for r in report["checks"] if r["status"] == "FAIL"), None)
 
 
+AUDIT_FORMAT = 1     # the version of the report dict both front-ends write (audit.json)
+
+
+def headline(report):
+    """The verdict line's word (report["result"]) and the exit code. A PASS must not hide evidence that was not
+    checked: private evidence that O/private/ lacks (every experiment present writes some; the manifest's list is
+    not trusted for it) never gives a bare PASS — INCOMPLETE, exit 1, unless the reader passed --public-only, which
+    gives "PASS (public evidence only; ...)"; nor does a check the user asked for that could not run here (a level
+    whose tokenizer, data or model was not found) — INCOMPLETE, exit 1, naming how many."""
+    absent = report["private_absent"]
+    if report["exit_code"] != 0:
+        report["result"] = "FAIL"
+    elif absent and not report["public_only"]:
+        report["exit_code"] = 1
+        report["result"] = (f"INCOMPLETE: O/private/ absent (the private evidence of {', '.join(absent)}); pass "
+                            "--public-only to audit published evidence without it")
+    elif report["n_skipped_requested"]:
+        report["exit_code"] = 1
+        report["result"] = (f"INCOMPLETE: {report['n_skipped_requested']} requested check(s) could not run here "
+                            "(SKIPPED above, with the reason: e.g. pass --cache with the prepared cache)")
+    elif absent:
+        report["result"] = "PASS (public evidence only; identity and forward levels not run)"
+    else:
+        report["result"] = "PASS"
+    return report
+
+
 LEVELS_SAY = ("levels: manifest = files added, removed or changed since the run (a forger who rewrites MANIFEST.json "
               "too passes it); arithmetic = edits that do not stay consistent; identity (--tokens) = edited texts; "
               "forward (--forward) = edited scores (the model's own numbers)")

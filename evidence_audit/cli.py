@@ -1,4 +1,5 @@
-"""audit.py's command line: parse the flags, run the audit or the mutation self-test, print and write the report.
+"""audit.py OUT, run.py evidence's front-end: run the audit or the mutation self-test, print and write the report
+(the flags: arguments.py; `--lm-eval RUN_DIR` is lmeval/command.py's front-end).
 Exit codes: 0 every claim recomputes, 1 a check failed or a requested check could not run (INCOMPLETE), 2 the
 evidence is unreadable or the command line is wrong (no report is written).
 
@@ -9,65 +10,30 @@ O/audit.<deepest level>.json and keeps it, unless it FAILs: every deeper audit r
 so a lower-level FAIL shows the deeper report stale and replaces it. audit.json is an output, never evidence: the
 audit never reads it for a verdict, report.py never reads it, and any audit.*.json is outside the manifest's files.
 """
-import argparse
 import difflib
 import json
 import sys
 from pathlib import Path
 
-import evidence_audit
 import registry
+from evidence_audit.arguments import parse_args
 from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, AuditOptions, print_report, write_report
 from evidence_audit.driver import audit
-from evidence_audit.lmeval.command import lmeval_args, lmeval_main
+from evidence_audit.lmeval.command import lmeval_main
 from evidence_audit.mutations import mutation_selftest
 from evidence_audit.reading import Unreadable
 from evidence_audit.rules import extraction
 
 
-def parse_args(argv):
-    doc = evidence_audit.__doc__
-    ap = argparse.ArgumentParser(prog="audit.py", description=doc.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc.split("\n\n", 1)[1])
-    ap.add_argument("out", type=Path, nargs="?", help="evidence directory written by run.py --out")
-    ap.add_argument("--tokens", action="store_true", help="identity level: private texts, tokenizer, data parquet")
-    ap.add_argument("--forward", action="store_true", help="forward level (implies --tokens): recompute every score")
-    ap.add_argument("--cache", type=Path, help="prepared cache (default: two levels above config.json's model.dir)")
-    ap.add_argument("--experiment", action="append",
-                    help="audit only this experiment (repeatable); the others are reported as not selected")
-    ap.add_argument("--mutations", action="store_true", help="mutation self-test on temporary copies of OUT")
-    ap.add_argument("--table-md", type=Path, metavar="FILE",
-                    help="with --mutations: also write the self-test's markdown table (kind, level, caught raw by, "
-                         "caught resealed by) to FILE")
-    ap.add_argument("--report", type=Path,
-                    help="where to write the JSON report (default: OUT/audit.json, OUT/audit.mutations.json)")
-    ap.add_argument("--threads", type=int, default=AuditOptions().threads,
-                    help="torch threads for --forward (default: %(default)s)")
-    ap.add_argument("--strict", action="store_true",
-                    help="kept for old scripts: a requested check that had to be skipped now always gives INCOMPLETE, "
-                         "exit 1")
-    ap.add_argument("--public-only", action="store_true",
-                    help="audit published evidence without O/private/ (the manifest lists it): the headline says "
-                         "PASS (public evidence only; ...) instead of INCOMPLETE, exit 1")
-    ap.add_argument("--review", type=Path, metavar="SHEET",
-                    help="extraction: import a review sheet exported by O/private/extraction/review.html; a blank or "
-                         "partly blank sheet is refused with the list of missing fields")
-    lmeval_args(ap)
-    args = ap.parse_args(argv)
-    if args.out is None and args.lm_eval is None:
-        ap.error("nothing to audit: give the evidence directory run.py wrote (python audit.py OUT, e.g. "
-                 "python audit.py smoke) or an lm-eval output directory (python audit.py --lm-eval RUN_DIR)")
-    if args.out is not None and args.lm_eval is not None:
-        ap.error("give either OUT (run.py evidence) or --lm-eval RUN_DIR (an lm-eval output path), not both")
-    if args.table_md is not None and not args.mutations:
-        ap.error("--table-md writes the mutation self-test's table: it needs --mutations")
-    return args
-
-
 def main(argv=None):
+    """audit.py in one call, either front-end (what the tests run; audit.py itself imports this module only for
+    OUT, so that --lm-eval never loads run.py evidence's rules)."""
     args = parse_args(argv)
-    if args.lm_eval is not None:
-        return lmeval_main(args)
+    return lmeval_main(args) if args.lm_eval is not None else audit_evidence(args)
+
+
+def audit_evidence(args):
+    """audit.py OUT: run.py evidence's front-end over the parsed command line; the exit code."""
     if args.device not in (None, "cpu"):     # O's forward level re-scores where the evidence says it was scored
         print(f"error: --device {args.device}: only for --lm-eval runs; audit.py OUT re-scores on the cpu",
               file=sys.stderr)

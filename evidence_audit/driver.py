@@ -7,14 +7,13 @@ import re
 from pathlib import Path
 
 import registry
-from evidence_audit.checks import ARITHMETIC, IDENTITY, Checks, short
+from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, IDENTITY, Checks, headline, short
 from evidence_audit.definitions import is_int, is_num
 from evidence_audit.manifest import is_audit_output, is_run_id, manifest_check, walk
 from evidence_audit.reading import Unreadable, check_formats, read_json, sha256_file
 from evidence_audit.report_page import page_rebuild_check, report_html_check
 from evidence_audit.rules import RULES
-
-AUDIT_FORMAT = 1
+from evidence_audit.run_command import experiments_of_command
 
 
 def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, options=None):
@@ -68,32 +67,9 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
               "n_skipped_requested": len(skipped_requested), "details": info, "run_id": sealed["run_id"],
               "public_only": public_only, "private_absent": sealed["private_absent"],
               "exit_code": 1 if "FAIL" in status else 0}
-    if C.headline_notes:
+    headline(report)
+    if C.headline_notes:      # on the RESULT line, where a reader looks first
         report["headline_note"] = "; ".join(C.headline_notes)
-    return headline(report)
-
-
-def headline(report):
-    """The verdict line's word (report["result"]) and the exit code. A PASS must not hide evidence that was not
-    checked: private evidence that O/private/ lacks (every experiment present writes some; the manifest's list is
-    not trusted for it) never gives a bare PASS — INCOMPLETE, exit 1, unless the reader passed --public-only, which
-    gives "PASS (public evidence only; ...)"; nor does a check the user asked for that could not run here (a level
-    whose tokenizer, data or model was not found) — INCOMPLETE, exit 1, naming how many."""
-    absent = report["private_absent"]
-    if report["exit_code"] != 0:
-        report["result"] = "FAIL"
-    elif absent and not report["public_only"]:
-        report["exit_code"] = 1
-        report["result"] = (f"INCOMPLETE: O/private/ absent (the private evidence of {', '.join(absent)}); pass "
-                            "--public-only to audit published evidence without it")
-    elif report["n_skipped_requested"]:
-        report["exit_code"] = 1
-        report["result"] = (f"INCOMPLETE: {report['n_skipped_requested']} requested check(s) could not run here "
-                            "(SKIPPED above, with the reason: e.g. pass --cache with the prepared cache)")
-    elif absent:
-        report["result"] = "PASS (public evidence only; identity and forward levels not run)"
-    else:
-        report["result"] = "PASS"
     return report
 
 
@@ -122,14 +98,6 @@ def stray_evidence(C, out, experiments, only):
 # environment.json records. Only the evidence digest cited beside the commit ties O to the run that made it: a
 # forger who also rewrites the recorded command line makes O consistent again.
 
-# run.py's flags (run.parse_args), written again: those that take a value, and --merge, which takes one or more
-RUN_VALUE_FLAGS = ("--cache", "--out", "--experiment", "--split", "--data", "--model", "--device", "--threads",
-                   "--dtype", "--limit", "--shard", "--join-timeout")
-RUN_SWITCHES = ("--smoke", "--no-sort-samples", "--fast", "--no-cache", "--allow-partial-groups", "--replace",
-                "--verbose", "--help")
-RUN_FLAGS = RUN_VALUE_FLAGS + RUN_SWITCHES + ("--merge",)
-MAX_ARGS = 10_000       # a command line is untrusted bytes too
-
 # the public files of O/<experiment>/ (run.py's write_evidence: the five of every experiment, plus the extras an
 # experiment's Result.public names) and the top-level files of O; anything else in the public part has no rule
 PUBLIC_FILES = ("config.json", "identity.json", "records.jsonl", "summary.json", "stages.json")
@@ -141,49 +109,6 @@ TOP_OF_EXPERIMENT = {e.name: e.top_files for e in registry.EXPERIMENTS}    # wri
 PRIVATE_FILES = {e.name: e.private_files for e in registry.EXPERIMENTS}
 MIN_TEXT = 20           # shorter private strings (an answer, a label) may appear in public files legitimately
 MAX_SCAN_BYTES = 256 * 1024 * 1024      # the private-text scan reads at most this much of the public part
-
-
-def canonical_flag(arg):
-    """The run.py flag `arg` names ("--exp" is argparse's unique prefix of "--experiment"), or None."""
-    if arg in RUN_FLAGS:
-        return arg
-    hits = [f for f in RUN_FLAGS if f.startswith(arg)]
-    return hits[0] if len(hits) == 1 else None
-
-
-def experiments_of_command(argv):
-    """(the experiments run.py ran, in run order, or None; why not, or None) for a recorded sys.argv: each
-    --experiment (repeatable), or every experiment registry.py declares when none is given. A --merge takes its
-    experiments from the shards' own command lines, which O does not hold; a --shard writes no evidence."""
-    if not (isinstance(argv, list) and 1 <= len(argv) <= MAX_ARGS and all(isinstance(a, str) for a in argv)):
-        return None, f"environment.json command_line: {short(argv, 80)} is not a list of strings"
-    if Path(argv[0]).name != "run.py":
-        return None, f"environment.json command_line: {short(argv[0], 80)} is not run.py"
-    named, merge, k = [], False, 1
-    while k < len(argv):
-        arg, k = argv[k], k + 1
-        flag, eq, value = arg.partition("=")
-        flag = canonical_flag(flag) if flag.startswith("--") else None
-        if flag is None:
-            return None, f"environment.json command_line: {short(arg, 60)} is not a flag run.py takes"
-        if flag == "--merge":
-            merge = True
-            while k < len(argv) and not argv[k].startswith("-"):
-                k += 1
-        elif flag in RUN_VALUE_FLAGS and not eq:
-            if k >= len(argv):
-                return None, f"environment.json command_line: {flag} without its value"
-            value, k = argv[k], k + 1
-        if flag == "--experiment":
-            if value not in registry.NAMES:
-                return None, f"environment.json command_line: --experiment {short(value, 40)} is not declared"
-            named.append(value)
-        if flag == "--shard":
-            return None, "environment.json command_line: a --shard run writes SHARD.json, not evidence"
-    if merge:
-        return None, ("a --merge: its experiments come from the shards' command lines, which O does not record "
-                      "(only the experiments present were checked against registry.py)")
-    return list(dict.fromkeys(named or registry.NAMES)), None
 
 
 def ran_check(C, out, experiments):

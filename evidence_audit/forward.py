@@ -8,13 +8,15 @@ Two implementations, named in every row:
   Llama rounds (own_llama_batch), and its logits for a padded batch equal transformers' bit for bit
   (tests/test_forward_dtypes.py, tiny model; the real model in the figures under TOLERANCE).
 - any other architecture (GPT-2, Qwen2, Mistral, Gemma, Phi-3, GPT-NeoX, ...): transformers' own class for it,
-  loaded from safetensors with eager attention and no custom code. That re-runs the runner's implementation, so it
-  catches scores that are not what that implementation gives for these weights and ids, not a bug it shares.
+  loaded from safetensors with eager attention and no custom code (hflm.load_transformers). That re-runs the
+  runner's implementation, so it catches scores that are not what that implementation gives for these weights and
+  ids, not a bug it shares.
 
-Modes: float32 evidence of a model the own Llama covers is re-scored one unpadded sequence per pass (tolerance
-1e-4 for the padded batches the paths ran); everything else in lm-eval's batches at the evidence's
-official_batch_size, in its dtype, so equality can be expected; bfloat16 / float16 also in float32 beside it, as a
-figure (how far the dtype moved the scores and predictions), not a check.
+Modes: float32 evidence of a model the own Llama covers is re-scored one unpadded sequence per pass (tolerance 1e-4
+for the padded batches the paths ran); everything else in lm-eval's batches (hflm.py: the audit's one reading of
+HFLM, which `audit.py --lm-eval` uses too) at the evidence's official_batch_size, in its dtype, so equality can be
+expected; bfloat16 / float16 also in float32 beside it, as a figure (how far the dtype moved the scores and
+predictions), not a check.
 """
 import math
 import time
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from evidence_audit.checks import FORWARD, MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first
+from evidence_audit.hflm import NoTransformers, Scorer, load_transformers, score_requests
 from evidence_audit.llama_config import llama_hparams
 from evidence_audit.model_files import check_model_dir, is_local, rehash_problems
 from evidence_audit.reading import read_json, sha256_file
@@ -221,87 +224,22 @@ def x_dtype(W):
     return W["model.embed_tokens.weight"].dtype
 
 
-class Scorer:
-    """One implementation in one dtype: `label` (what ran, for the report) and `logits(ids)` for a padded batch."""
-
-    def __init__(self, label, dtype, logits):
-        self.label, self.dtype, self.logits = label, dtype, logits
-
-
-def load_scorer(model_dir, dtype, attention="eager"):
-    """(Scorer, None) for the model in model_dir in `dtype` with `attention` (ATTENTIONS): the audit's own Llama pass
-    when it covers the model, else transformers' implementation named by config.json (never custom code,
-    safetensors only); or (None, why not)."""
-    if supports_own(model_dir) is None:
+def load_scorer(model_dir, dtype, attention="eager", device="cpu"):
+    """(Scorer, None) for the model in model_dir in `dtype` with `attention` (ATTENTIONS) on `device`: the audit's
+    own Llama pass when it covers the model (cpu only), else transformers' implementation named by config.json
+    (hflm.load_transformers: never custom code, safetensors only); or (None, why not)."""
+    own = supports_own(model_dir)
+    if own is None and device == "cpu":
         model, why = load_llama(model_dir)
         if model is None:
             return None, why
         label = "audit.py's own Llama forward" + (f" ({attention} attention)" if attention != "eager" else "")
         return Scorer(label, dtype, lambda ids: own_llama_batch(model, ids, dtype, attention)), None
-    return load_transformers(model_dir, dtype, attention)
-
-
-def load_transformers(model_dir, dtype, attention="eager"):
-    """(Scorer, None) running transformers' own class for config.json's architecture with `attention`, or (None,
-    why not)."""
-    import torch
     try:
-        from transformers import AutoModelForCausalLM
-    except ImportError as e:
-        return None, f"not the audit's own architecture ({supports_own(model_dir)}) and transformers is absent ({e})"
-    key = (str(Path(model_dir).resolve()), dtype, attention)
-    if key not in _MODELS:
-        try:
-            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
-                                                         attn_implementation=attention, use_safetensors=True,
-                                                         trust_remote_code=False, local_files_only=True)
-        except (OSError, ValueError, KeyError, RuntimeError) as e:
-            return None, f"transformers could not load {model_dir}: {str(e).splitlines()[0][:200]}"
-        _MODELS[key] = model.train(False)     # inference mode (dropout off), as eval() sets
-    model = _MODELS[key]
-    label = f"transformers' {type(model).__name__}" + (f" ({attention} attention)" if attention != "eager" else "") \
-        + ", not the audit's own"
-    return Scorer(label, dtype, lambda ids: model(ids).logits), None
-
-
-def lm_eval_plan(requests, batch_size):
-    """lm-eval 0.4.9.2's batches for one loglikelihood call over `requests` [(context ids, candidate ids)], written
-    again from its definition: one row per distinct input (context + candidate without its last token), rows
-    longest first then by ids, consecutive chunks of batch_size. Returns ([rows], [row of each request],
-    [[lo, hi) per batch])."""
-    keys = [tuple(c) + tuple(k[:-1]) for c, k in requests]
-    rows = sorted(set(keys), key=lambda r: (-len(r), r))
-    index = {r: n for n, r in enumerate(rows)}
-    return rows, [index[k] for k in keys], [(lo, min(lo + batch_size, len(rows)))
-                                            for lo in range(0, len(rows), batch_size)]
-
-
-def batched_scores(scorer, requests, batch_size):
-    """Every request's (score, is_greedy) computed as HFLM computes them, in its batches: rows right-padded with
-    id 0, logits of the whole batch, log_softmax over the vocabulary in the scorer's dtype, the candidate's rows
-    gathered in the shapes HFLM uses and summed in that dtype, greedy = the argmax equals every candidate token."""
-    import torch
-
-    rows, row_of, batches = lm_eval_plan(requests, batch_size)
-    members = {}
-    for n, row in enumerate(row_of):
-        members.setdefault(row, []).append(n)
-    out = [None] * len(requests)
-    with torch.no_grad():
-        for lo, hi in batches:
-            ids = torch.zeros((hi - lo, len(rows[lo])), dtype=torch.long)
-            for i, r in enumerate(rows[lo:hi]):
-                ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-            lp = torch.log_softmax(scorer.logits(ids), dim=-1)
-            for i in range(hi - lo):
-                for n in members[lo + i]:
-                    cand = requests[n][1]
-                    picked = lp[i, len(rows[lo + i]) - len(cand):len(rows[lo + i])].unsqueeze(0)    # [1, n, vocab]
-                    want = torch.tensor(cand, dtype=torch.long).view(1, -1)
-                    greedy = bool((picked.argmax(dim=-1) == want).all())
-                    out[n] = (float(torch.gather(picked, 2, want.unsqueeze(-1)).squeeze(-1).sum()), greedy)
-            del lp
-    return out
+        return load_transformers(model_dir, dtype, attention, device)
+    except NoTransformers as e:
+        what = f"not the audit's own architecture ({own})" if own else f"on {device} (the own Llama pass is cpu only)"
+        return None, f"{what} and transformers is absent ({e})"
 
 
 # ---- the level --------------------------------------------------------------------------------------------------
@@ -455,7 +393,7 @@ def shift_problem(n, mean, sd, dtype, tol):
 
 def rescore(scorer, records, tokens, key_of, batch_size):
     """{key: [(score, greedy)] per candidate} for every record, scored in lm-eval's batches of batch_size over
-    all the records' requests together (batch_size 1: one unpadded sequence per pass)."""
+    all the records' requests together (batch_size 1: one unpadded sequence per pass): hflm.score_requests."""
     requests, owner = [], []
     for r in records:
         ctx, cands = tokens[key_of(r)]
@@ -463,7 +401,7 @@ def rescore(scorer, records, tokens, key_of, batch_size):
             requests.append((ctx, cand))
             owner.append(key_of(r))
     out = {}
-    for k, got in zip(owner, batched_scores(scorer, requests, batch_size)):
+    for k, got in zip(owner, score_requests(scorer.logits, requests, batch_size)):
         out.setdefault(k, []).append(got)
     return out
 

@@ -15,6 +15,7 @@ from evidence_audit.definitions import (SPLITS, argmax_first, confirmation_score
                                         is_value_of, select_items)
 from evidence_audit.model_files import local_identity_problems
 from evidence_audit.reading import EVIDENCE_KEYS, REQUIRED, load_evidence, resolve_cache, sha256_text
+from evidence_audit.run_command import command_line_limit
 import registry
 
 CONFIG_SECTIONS = registry.CONFIG_SECTIONS      # the config.py sections the declared experiments read
@@ -545,34 +546,6 @@ def rank_order_problems(keys, want, settings, where_of=lambda k: f"idx {k}"):
 # Written again on purpose (experiments/protocol.py limited_selection): the order a limited SST-2 selection keeps.
 LIMIT_ORDER = {"all": "idx order"}
 LIMIT_RANK_ORDER = "rank order of the hash rule"
-
-
-def command_line_limit(env):
-    """(N, None) for the --limit N that environment.json's recorded command line gives (argparse: the last one
-    wins), (None, None) when it gives none, (None, why) when that cannot be told: no command line, one that is not a
-    list of strings, a --merge (its shards' command lines held the flag; O does not record them)."""
-    # driver.py imports the rules, which import this module: its copy of run.py's flags is read when called
-    from evidence_audit.driver import RUN_VALUE_FLAGS, canonical_flag
-    argv = env.get("command_line") if isinstance(env, dict) else None
-    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
-        return None, "environment.json records no command line (a list of strings) to check the limit against"
-    limit, k = None, 1
-    while k < len(argv):
-        arg, k = argv[k], k + 1
-        flag, eq, value = arg.partition("=")
-        flag = canonical_flag(flag) if flag.startswith("--") else None
-        if flag == "--merge":
-            return None, "a --merge: the --limit was on the shards' command lines, which O does not record"
-        if flag in RUN_VALUE_FLAGS and not eq:
-            if k >= len(argv):
-                return None, f"environment.json command_line: {flag} without its value"
-            value, k = argv[k], k + 1
-        if flag == "--limit":
-            try:
-                limit = int(value)
-            except ValueError:
-                return None, f"environment.json command_line: --limit {short(value, 40)} is not an integer"
-    return limit, None
 
 
 def limit_problems(bad, ev, of, order):

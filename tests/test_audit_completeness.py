@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from conftest import REPO, run_cli
-from evidence_audit import driver
+from evidence_audit import driver, run_command
 from evidence_audit.mutations.tools import seal
 from evidence_audit.shared import data_parallel_problems
 from test_audit import _edit, _write, tiny_harness_evidence
@@ -73,7 +73,7 @@ def test_a_missing_command_line_is_said_not_passed(tmp_path):
 
 
 def test_parse_command_line_reads_runs_flags():
-    ran = driver.experiments_of_command
+    ran = run_command.experiments_of_command
     assert ran(["run.py", "--cache", "c", "--out", "O", "--smoke"]) == (list(driver.registry.NAMES), None)
     assert ran(["/x/run.py", "--experiment", "mctaco", "--experiment=protocol", "--out", "O", "--cache", "c"]) \
         == (["mctaco", "protocol"], None)
@@ -270,7 +270,7 @@ def test_real_smoke_private_text_in_a_public_file_fails(smoke_run, tmp_path):
 
 
 def test_the_audits_copy_of_run_py_flags_is_run_py_s():
-    """driver.RUN_* is written again from run.py's parser (the audit never imports run.py): an added or changed
+    """run_command.RUN_* is written again from run.py's parser (the audit never imports run.py): an added or changed
     flag there must be added here too, or a recorded command line using it would not parse."""
     import ast
 
@@ -281,5 +281,5 @@ def test_the_audits_copy_of_run_py_flags_is_run_py_s():
             action = next((k.value.value for k in node.keywords if k.arg == "action"), None)
             nargs = next((k.value.value for k in node.keywords if k.arg == "nargs"), None)
             (switches if action == "store_true" else valued if nargs is None else set()).add(flag)
-    assert switches == set(driver.RUN_SWITCHES) - {"--help"}
-    assert valued == set(driver.RUN_VALUE_FLAGS)
+    assert switches == set(run_command.RUN_SWITCHES) - {"--help"}
+    assert valued == set(run_command.RUN_VALUE_FLAGS)

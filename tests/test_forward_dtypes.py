@@ -15,7 +15,7 @@ from conftest import run_cli
 
 torch = pytest.importorskip("torch")
 
-from evidence_audit import forward                                    # noqa: E402
+from evidence_audit import forward, hflm                              # noqa: E402
 from evidence_audit.checks import Checks                              # noqa: E402
 from evidence_audit.reading import sha256_file                        # noqa: E402
 
@@ -65,10 +65,10 @@ def requests_of(n_items=6, seed=1):
 def evidence(model_dir, dtype, tokens):
     """(identity, records) as run.py would record them for `tokens`, the scores from transformers' own class in
     lm-eval's batches of BATCH in `dtype` (both paths: on cpu they agree bit for bit)."""
-    ref, why = forward.load_transformers(model_dir, dtype)
+    ref, why = hflm.load_transformers(model_dir, dtype)
     assert ref is not None, why
     keys = [(idx, j) for idx in tokens for j in range(len(tokens[idx][1]))]
-    got = forward.batched_scores(ref, [(tokens[i][0], tokens[i][1][j]) for i, j in keys], BATCH)
+    got = hflm.score_requests(ref.logits, [(tokens[i][0], tokens[i][1][j]) for i, j in keys], BATCH)
     records = []
     for idx in tokens:
         scored = [g for (i, _), g in zip(keys, got) if i == idx]
@@ -97,7 +97,7 @@ def test_own_llama_is_bit_identical_to_transformers_in_a_padded_batch(tiny, dtyp
     and with sdpa (transformers' default, which lm-eval runs unless told otherwise): equal logits, bit for bit, in
     every dtype -- what lets the forward level expect the recorded scores."""
     own, why = forward.load_llama(tiny["llama"])
-    ref, why2 = forward.load_transformers(tiny["llama"], dtype, attention)
+    ref, why2 = hflm.load_transformers(tiny["llama"], dtype, attention)
     assert why is None and why2 is None
     ids = torch.randint(1, VOCAB, (3, 17), generator=torch.Generator().manual_seed(3))
     ids[1, 12:] = 0

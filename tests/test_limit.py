@@ -33,12 +33,12 @@ PROVENANCE = "task ids and hashes vs the repository's fixtures"
     (["run.py", "--out", "--limit"], (None, None)),                           # a value, not the flag
 ])
 def test_command_line_limit_reads_the_recorded_flag(argv, want):
-    from evidence_audit.shared import command_line_limit
+    from evidence_audit.run_command import command_line_limit
     assert command_line_limit({"command_line": argv}) == want
 
 
 def test_command_line_limit_says_when_it_cannot_tell():
-    from evidence_audit.shared import command_line_limit
+    from evidence_audit.run_command import command_line_limit
     assert command_line_limit({})[1].startswith("environment.json records no command line")
     assert "--merge" in command_line_limit({"command_line": ["run.py", "--merge", "a", "b", "--out", "o"]})[1]
     assert "not an integer" in command_line_limit({"command_line": ["run.py", "--limit", "x"]})[1]

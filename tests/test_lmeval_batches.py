@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from evidence_audit import forward, kernels, tokens
+from evidence_audit import forward, hflm, kernels, tokens
 from evidence_audit.cli import main
 from evidence_audit.lmeval import rescore
 from evidence_audit.lmeval.fmt import Release
@@ -80,7 +80,7 @@ def padded_batches(version):
                 ctx, cont = arg["arg_0"], arg["arg_1"]
                 pair = rescore.encode_pair(encode, ctx, cont)[:2] if ctx else rescore.empty_context_pair(encode, cont)
                 requests.append(pair)
-    order = rescore.lm_eval_groups(requests)
+    order = hflm.lm_eval_groups(requests)
     lengths = [len(requests[rep][0] + requests[rep][1]) - 1 for rep, _ in order]
     return [lengths[i:i + BATCH] for i in range(0, len(lengths), BATCH)]
 

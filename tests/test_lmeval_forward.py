@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO
 from lmeval_runs import made_here, tampered
-from evidence_audit import kernels
+from evidence_audit import hflm, kernels
 from evidence_audit.cli import main
 from evidence_audit.lmeval import rescore
 from evidence_audit.reading import Unreadable
@@ -359,7 +359,7 @@ def test_the_batches_are_lm_evals_collator_batches():
                                                                                    tuple(r[1] + r[2])),
                            group_by="contexts" if group else None, group_fn=lambda r: r[-2] + r[-1][:-1])
             theirs = [[(c, k) for _, c, k in b] for b in col.get_batched(n=4)]
-            ours = rescore.lm_eval_groups(reqs, group)
+            ours = hflm.lm_eval_groups(reqs, group)
             mine = [[reqs[rep] for rep, _ in ours[i:i + 4]] for i in range(0, len(ours), 4)]
             assert mine == theirs, (trial, group)
 
@@ -419,7 +419,7 @@ def test_scores_equal_hflm_on_requests_that_share_rows(kind, parquet, tmp_path_f
     reqs += [(base + reqs[2][1][:2], reqs[2][1][2:]), (base + reqs[2][1][:1], reqs[2][1][1:]), reqs[4]]
     theirs = lm._loglikelihood_tokens([(("", ""), c, k) for c, k in reqs], disable_tqdm=True)
     scorer, _ = forward.load_scorer(model, "bfloat16")
-    ours = rescore.score_requests(scorer.logits, reqs, 3, max_length=24)
+    ours = hflm.score_requests(scorer.logits, reqs, 3, max_length=24)
     assert ours == theirs
 
 

@@ -12,6 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from evidence_audit.forward import load_scorer
+from evidence_audit.hflm import score_with_margins
+
 MAX_OUTPUT = 256 * 2 ** 20       # bytes of the child's answer read back
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,11 +41,9 @@ def score_in_child(job, env, timeout=3600):
 def main():
     import torch
 
-    from evidence_audit.lmeval.rescore import score_with_margins, scorer_for
-
     job = json.loads(sys.stdin.read())
     torch.set_num_threads(job["threads"])
-    scorer, why = scorer_for(job["model_dir"], job["dtype"], "cpu", job["attention"])
+    scorer, why = load_scorer(job["model_dir"], job["dtype"], job["attention"])
     if scorer is None:
         raise SystemExit(why)
     sdt = getattr(torch, job["softmax_dtype"]) if job["softmax_dtype"] else None

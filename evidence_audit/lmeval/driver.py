@@ -1,9 +1,8 @@
 """Audit one lm-eval output directory: discover its runs, read them strictly, run the levels per task, and build
-the report dict in the form evidence_audit.driver builds it (same checks, counts, headline, exit code)."""
+the report dict in the form evidence_audit.driver builds it (same checks, counts, checks.headline, exit code)."""
 from pathlib import Path
 
-from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, Checks
-from evidence_audit.driver import AUDIT_FORMAT, headline
+from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, FORWARD, IDENTITY, Checks, headline
 from evidence_audit.lmeval import aggregate, docs, groups, identity, persample, rescore, rolling
 from evidence_audit.lmeval.files import discover, orphan_samples
 from evidence_audit.lmeval.fmt import read_results, read_samples

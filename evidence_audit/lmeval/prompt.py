@@ -32,102 +32,29 @@ right after the gen_prefix turn's content); when the template raises a jinja2 Te
 system turn and renders again, and so does the audit. A multiple_choice continuation then has no target_delimiter.
 
 The template is the one transformers' tokenizer would use, read from the --model directory, not from the results
-(which the chat row compares with it): chat_template.jinja (the "default" of additional_chat_templates/*.jinja),
-else tokenizer_config.json's chat_template (a string, or a list of {name, template}: its "default"). HFLM passes no
+(which the chat row compares with it): chat_template.jinja (the "default" of additional_chat_templates/*.jinja), else
+tokenizer_config.json's chat_template (a string, or a list of {name, template}: its "default"). HFLM passes no
 template name to the tokenizer, so a run with --apply_chat_template NAME logs NAME's template but renders the
 default; the chat row names that case. The template is rendered here with jinja2 alone (transformers is not
-imported): the bounded ImmutableSandboxedEnvironment below with transformers' settings (trim_blocks,
-lstrip_blocks, loopcontrols, the {% generation %} tag, its tojson filter and raise_exception) and the variables
-messages, add_generation_prompt, tools=None, documents=None, the special tokens tokenizer_config.json and
+imported): the bounded ImmutableSandboxedEnvironment of evidence_audit/templates.py with transformers' settings
+(trim_blocks, lstrip_blocks, loopcontrols, the {% generation %} tag, its tojson filter and raise_exception) and the
+variables messages, add_generation_prompt, tools=None, documents=None, the special tokens tokenizer_config.json and
 special_tokens_map.json declare (a missing pad_token as lm-eval's configure_pad_token sets it: unk, else eos, else
-"<|pad|>") and enable_thinking from model_args. Limits: a template calling strftime_now raises Unrenderable (the
-date lm-eval rendered is not recorded); a special token that only a tokenizer class's defaults supply, not the
-files, renders empty here, which can only make a context differ (FAIL), never PASS.
+"<|pad|>") and enable_thinking from model_args. Limits: a template calling strftime_now raises Unrenderable (the date
+lm-eval rendered is not recorded); a special token that only a tokenizer class's defaults supply, not the files,
+renders empty here, which can only make a context differ (FAIL), never PASS.
 
 What is not implemented raises Unrenderable naming it; the caller reports it as INCOMPLETE, never as a pass."""
 import ast
-import json
 import random
 from pathlib import Path
 
-_ENV, _TEMPLATES = {}, {}
+from evidence_audit.reading import read_json, read_text
+from evidence_audit.templates import MAX_CHAT_TEMPLATE_BYTES, Unrenderable, template
 
-MAX_TEMPLATE_CHARS = 1 << 16     # a task template is a few hundred characters
-MAX_REPEAT = 1 << 16             # the largest string/list `*` and the largest `**` exponent a template may compute
-MAX_CHAT_TEMPLATE_BYTES = 1 << 20   # a chat template is a few KB (the largest published ones are under 100 KB)
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "    # transformers 4.57's continue_final_message marker (chat_template_utils)
 SAMPLERS = ("default", "first_n")
-
-
-class Unrenderable(Exception):
-    """The audit cannot render this context: the message names the feature it does not implement."""
-
-
-def jinja(chat=False):
-    """jinja2's ImmutableSandboxedEnvironment with lm-eval's settings (StrictUndefined, keep_trailing_newline) and
-    its regex_replace filter, or (chat=True) with transformers' chat-template settings (module docstring): a
-    template from an untrusted run or model cannot reach Python objects, and `*` / `**` are bounded (a template
-    cannot build a huge string). Not bounded: a long loop (jinja's sandbox caps one range() at 100000 items) makes
-    the audit slow."""
-    if chat not in _ENV:
-        import re
-
-        from jinja2 import StrictUndefined, nodes
-        from jinja2.exceptions import SecurityError, TemplateError
-        from jinja2.ext import Extension, loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        class Bounded(ImmutableSandboxedEnvironment):
-            intercepted_binops = frozenset(["*", "**"])
-
-            def call_binop(self, context, operator, left, right):
-                sizes = [len(x) for x in (left, right) if isinstance(x, (str, list, tuple))]
-                counts = [abs(x) for x in (left, right) if isinstance(x, int)]
-                if operator == "**" and counts and abs(right if isinstance(right, int) else 0) > 64 \
-                        or operator == "*" and sizes and max(sizes) * max(counts or [0]) > MAX_REPEAT:
-                    raise SecurityError(f"template computes {operator} over the audit's bound")
-                return super().call_binop(context, operator, left, right)
-
-        if not chat:
-            env = Bounded(undefined=StrictUndefined, keep_trailing_newline=True)
-            env.filters["regex_replace"] = lambda s, pattern, repl, count=0: re.sub(pattern, repl, s, count=count)
-        else:
-            class Generation(Extension):
-                """{% generation %}...{% endgeneration %}: transformers marks assistant text with it; the body
-                renders as it is (the marks matter only for assistant masks, never for the text)."""
-                tags = {"generation"}
-
-                def parse(self, parser):
-                    lineno = next(parser.stream).lineno
-                    body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
-                    return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-                def _body(self, caller):
-                    return caller()
-
-            def raise_exception(message):
-                raise TemplateError(message)
-
-            def strftime_now(_format):
-                raise Unrenderable("the chat template calls strftime_now: the date lm-eval rendered is not recorded")
-
-            env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
-            env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: \
-                json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-            env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
-        _ENV[chat] = env
-    return _ENV[chat]
-
-
-def template(spec, chat=False):
-    """A compiled template (cached), refusing one over MAX_TEMPLATE_CHARS (a task's) or MAX_CHAT_TEMPLATE_BYTES."""
-    bound = MAX_CHAT_TEMPLATE_BYTES if chat else MAX_TEMPLATE_CHARS
-    if len(spec) > bound:
-        raise ValueError(f"template of {len(spec)} characters, over the audit's bound of {bound}")
-    if (chat, spec) not in _TEMPLATES:
-        _TEMPLATES[(chat, spec)] = jinja(chat).from_string(spec)
-    return _TEMPLATES[(chat, spec)]
 
 
 def apply(spec, doc):
@@ -250,13 +177,9 @@ class ChatTemplate:
             self.kwargs["enable_thinking"] = thinking
 
     def read(self, path):
-        from evidence_audit.reading import read_text
-
         return read_text(path, limit=MAX_CHAT_TEMPLATE_BYTES)
 
     def config(self, name):
-        from evidence_audit.reading import read_json
-
         path = self.dir / name
         obj = read_json(path) if path.is_file() else {}
         if not isinstance(obj, dict):

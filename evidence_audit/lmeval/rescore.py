@@ -1,9 +1,9 @@
 """Token boundaries (identity level, --tokens --model DIR) and the forward level (--forward --model DIR): every
 loglikelihood request (multiple_choice and loglikelihood tasks) re-tokenised as TemplateLM._encode_pair of the
 release that wrote the run does and re-scored from the weights, in the run's dtype (float32 beside it for bfloat16 /
-float16), with evidence_audit/forward.py's scorers: the audit's own Llama pass where it covers the model, else
-transformers' class for config.json's architecture (named in the row; cannot catch an error that implementation
-shares with the run).
+float16), with forward.load_scorer: the audit's own Llama pass where it covers the model, else transformers' class
+for config.json's architecture (hflm.py; named in the row; cannot catch an error that implementation shares with the
+run).
 
 _encode_pair (lm-eval 0.4.9.2 lm_eval/api/model.py:389-401): trailing whitespace of the context moves to the
 continuation; context and context + continuation are tokenised with tok_encode; the continuation is the whole's
@@ -26,15 +26,10 @@ Two modes, named in the row (docs/forward-dtypes.md; choose_mode, rescore_plan):
   none), no mixed_precision_dtype, and its pretty_env_info names this machine's kind of CPU and torch build with the
   audit at default kernels (kernels.reproduces). lm-eval records no thread count: the run machine's default, 1 and
   --threads are tried. The lines cited below are 0.4.9.2's. lm-eval runs every loglikelihood request of every task
-  of the run in one call (evaluator.py:573), so the batches are formed over all of them:
-  HFLM._loglikelihood_tokens (models/huggingface.py:1131-1363) with its Collator (models/utils.py:355-560): requests
-  grouped by context + continuation[:-1] (unless logits_cache=False), one representative per group (its longest
-  continuation, first in request order), sorted by (-len(tokens), tokens), chunks of batch_size, each row (context +
-  continuation)[-(max_length + 1):][:-1], right-padded with 0; log_softmax over the vocabulary (in softmax_dtype
-  when given); each member reads the representative's last len(continuation) rows: greedy from the trailing len(its
-  continuation) of them, its score gathered from the LEADING ones (torch.gather over the first len(its
-  continuation) rows), as lm-eval does. A run whose scores are bit-identical on more than REPRODUCED of its requests
-  is held to equality; fewer (an unrecorded thread count or kernel variable): the tolerance, said so.
+  of the run in one call (evaluator.py:573), so the batches are formed over all of them, as HFLM forms and scores
+  them (evidence_audit/hflm.py, the audit's one reading of HFLM). A run whose scores are bit-identical on more than
+  REPRODUCED of its requests is held to equality; fewer (an unrecorded thread count or kernel variable): the
+  tolerance, said so.
 - the dtype's tolerance otherwise: in lm-eval's batches when the batch plan is known, else one unpadded sequence per
   pass (--sample, a release batching otherwise, no fixed batch size), the reason named in a reader's words. Safe on
   its own, since the facts that choose the mode are the run's record: every score within forward.TOLERANCE[dtype],
@@ -63,6 +58,7 @@ import time
 from pathlib import Path
 
 from evidence_audit import forward, kernels, tokens
+from evidence_audit.hflm import score_requests, score_with_margins
 from evidence_audit.checks import FORWARD, IDENTITY, expect
 from evidence_audit.definitions import argmax_first
 from evidence_audit.lmeval import child, fmt, persample
@@ -432,67 +428,6 @@ def chosen(t, n):
     return out
 
 
-# ---- lm-eval's batches ---------------------------------------------------------------------------------------------
-
-def lm_eval_groups(requests, group=True):
-    """lm-eval's order of one loglikelihood call over `requests` [(context ids, continuation ids)]: a list of
-    (representative, [members]) request indices, in the order HFLM runs them (module docstring)."""
-    groups = {}
-    for n, (c, k) in enumerate(requests):
-        groups.setdefault(tuple(c + k[:-1]) if group else n, []).append(n)
-    reps = [(max(m, key=lambda n: len(requests[n][1])), m) for m in groups.values()]    # max: the first longest
-    full = lambda n: requests[n][0] + requests[n][1]                                    # noqa: E731
-    return sorted(reps, key=lambda rm: (-len(full(rm[0])), tuple(full(rm[0]))))
-
-
-def score_requests(logits, requests, batch_size, max_length=None, group=True, softmax_dtype=None, device="cpu",
-                   margins=None):
-    """[(score, is_greedy)] per request, computed as HFLM computes them in its batches of batch_size (1: one
-    unpadded sequence per pass); `logits(ids)` is a forward.Scorer's, ids a right-padded LongTensor [B, T]. With a
-    dict `margins`, margins[n] = request n's greedy margin: over its continuation's tokens, the least of (its
-    log-probability - the best other token's); >= 0 when is_greedy (ties aside), how far is_greedy is from
-    flipping."""
-    import torch
-    import torch.nn.functional as F
-
-    order = lm_eval_groups(requests, group)
-    out = [None] * len(requests)
-    with torch.no_grad():
-        for lo in range(0, len(order), batch_size):
-            chunk = order[lo:lo + batch_size]
-            rows = []
-            for rep, _ in chunk:
-                whole = requests[rep][0] + requests[rep][1]
-                rows.append((whole[-(max_length + 1):] if max_length else whole)[:-1])
-            ids = torch.zeros((len(rows), max(map(len, rows))), dtype=torch.long)
-            for i, r in enumerate(rows):
-                ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-            lp = F.log_softmax(logits(ids.to(device)), dim=-1, dtype=softmax_dtype)
-            for i, (rep, members) in enumerate(chunk):
-                inplen, contlen = len(rows[i]), len(requests[rep][1])
-                sel = lp[i, inplen - contlen:inplen].unsqueeze(0)                     # [1, contlen, vocab]
-                greedy_tokens = sel.argmax(dim=-1)
-                for n in members:
-                    cont = torch.tensor(requests[n][1], dtype=torch.long, device=sel.device).unsqueeze(0)
-                    greedy = bool((greedy_tokens[:, -cont.shape[1]:] == cont).all())
-                    picked = torch.gather(sel, 2, cont.unsqueeze(-1)).squeeze(-1)
-                    out[n] = (float(picked.sum()), greedy)
-                    if margins is not None:
-                        lps = sel[0, -cont.shape[1]:].float()
-                        top2 = lps.topk(2, dim=-1)
-                        best_other = torch.where(top2.indices[:, 0] == cont[0], top2.values[:, 1], top2.values[:, 0])
-                        margins[n] = float((lps.gather(1, cont[0].unsqueeze(1)).squeeze(1) - best_other).min())
-            del lp
-    return out
-
-
-def score_with_margins(logits, requests, batch_size, max_length, group, softmax_dtype, device):
-    """score_requests' [(score, is_greedy)] with each request's greedy margin: [(score, is_greedy, margin)]."""
-    margins = {}
-    got = score_requests(logits, requests, batch_size, max_length, group, softmax_dtype, device, margins)
-    return [(score, greedy, margins[n]) for n, (score, greedy) in enumerate(got)]
-
-
 # ---- the forward level ---------------------------------------------------------------------------------------------
 
 def safetensors_parameters(path):
@@ -527,19 +462,6 @@ def run_tasks(t, top):
     return out, None
 
 
-def scorer_for(model_dir, dtype, device, attention="eager"):
-    """forward.load_scorer on cpu; on cuda transformers' class on that device (the own Llama pass is cpu only)."""
-    if device == "cpu":
-        return forward.load_scorer(model_dir, dtype, attention)
-    import torch
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype), attn_implementation=attention,
-                                                 use_safetensors=True, trust_remote_code=False,
-                                                 local_files_only=True).to(device).train(False)
-    return forward.Scorer(f"transformers' {type(model).__name__} on {device}, not the audit's own", dtype,
-                          lambda ids: model(ids).logits), None
-
-
 def softmax_dtype(args):
     """HFLM's softmax_dtype model_arg as a torch dtype, or None (log_softmax in the logits' dtype)."""
     import torch
@@ -557,7 +479,7 @@ def rescored(t, top, model_dir, dtype, batch_size, device, keep, tok, attention=
            None if batch_size else (t.name, frozenset(keep)))
     if key in _RUNS:
         return _RUNS[key][1], _RUNS[key][2], None
-    scorer, why = scorer_for(model_dir, dtype, device, attention)
+    scorer, why = forward.load_scorer(model_dir, dtype, attention, device)
     if scorer is None:
         return None, None, why
     tasks, why = run_tasks(t, top) if batch_size else ([(t.name, t.samples)], None)
@@ -988,7 +910,7 @@ def rolling_rows(C, t, model_dir, top, sample_n, device):
     forward.use_threads(C.options.threads)
     keep, t0 = chosen(t, sample_n), time.perf_counter()
     tol, mode, attention = rolling_mode(t, top, device)
-    scorer, why = scorer_for(model_dir, dtype, device, attention)
+    scorer, why = forward.load_scorer(model_dir, dtype, attention, device)
     if scorer is None:
         C.skip(t.label, FORWARD, check, why)
         return None
@@ -1008,7 +930,7 @@ def rolling_rows(C, t, model_dir, top, sample_n, device):
                "max_abs_diff": fig["spread"]["max"], "spread": fig["spread"], "documents": fig["n"],
                "sample": sample_n, "salt": SAMPLE_SALT, "moved": fig["moved"], "device": device}
     if dtype != "float32":
-        s32, why32 = scorer_for(model_dir, "float32", device, attention)
+        s32, why32 = forward.load_scorer(model_dir, "float32", attention, device)
         if s32 is None:
             note += f"; float32 beside it: not run ({why32})"
         else:

@@ -9,12 +9,7 @@ docs/tampering.md). Every kind runs in two forms: raw (the edit alone) and resea
 MANIFEST.json rewritten to match, private digests included), so the table shows what the manifest catches and what
 the levels below it catch on their own (selftest's docstring defines both and the statuses).
 """
-from evidence_audit.mutations.files import file_kinds
-from evidence_audit.mutations.generations import generation_kinds
-from evidence_audit.mutations.scores import score_kinds
-from evidence_audit.mutations.selftest import mutation_selftest
+from evidence_audit.mutations.selftest import MUTATIONS, mutation_selftest
 from evidence_audit.mutations.tools import Kind, NotApplicable
-
-MUTATIONS = score_kinds() + generation_kinds() + file_kinds()
 
 __all__ = ["MUTATIONS", "Kind", "NotApplicable", "mutation_selftest"]

@@ -34,9 +34,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, MANIFEST_LEVEL, Checks, cut
-from evidence_audit.driver import AUDIT_FORMAT, audit
+from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, FORWARD, IDENTITY, MANIFEST_LEVEL, Checks, cut
+from evidence_audit.driver import audit
 from evidence_audit.manifest import manifest_check
+from evidence_audit.mutations.files import file_kinds
+from evidence_audit.mutations.generations import generation_kinds
+from evidence_audit.mutations.scores import score_kinds
 from evidence_audit.mutations.tools import (HEADLINE, PAGE, RAW, READING, RESEALED, NotApplicable, rebuild_page,
                                             seal)
 from evidence_audit.reading import Unreadable, check_formats
@@ -47,13 +50,13 @@ UP_TO = {MANIFEST_LEVEL: ALL[:1], ARITHMETIC: ALL[:1], IDENTITY: ALL[:2], FORWAR
 NOT_CAUGHT, NO_FORM = "NOT CAUGHT", "n/a"
 REFUSED, INCOMPLETE = "reading", "INCOMPLETE"
 PAGE_FILE = "report.html"
+MUTATIONS = score_kinds() + generation_kinds() + file_kinds()     # every kind, in the table's order
 
 
 def mutation_selftest(out, cache, stream=None, kinds=None, options=None, table_md=None):
     """Returns the report dict (exit_code 0 only when every kind is CAUGHT and the clean copy passes); raises
     Unreadable when O itself cannot be read. options (checks.AuditOptions) goes to every audit it runs; table_md, a
     path, receives the markdown table (table_markdown)."""
-    from evidence_audit.mutations import MUTATIONS
     out, kinds = Path(out), MUTATIONS if kinds is None else kinds
     stream = stream or sys.stdout
     p = lambda s="": print(s, file=stream)  # noqa: E731

@@ -15,7 +15,8 @@ imported):
   levels    arithmetic: the scorers' settings and the lm-eval filters in config.json, the public per-item fields, the
             sample, the scores recomputed from the private generations, the summary; identity: the prompt re-rendered
             from the chat template and re-tokenised, the generated ids decoded back to the text, finish reasons, the
-            data parquet; forward: every generated token is the greedy (argmax) token of audit.py's own forward pass.
+            data parquet; forward (greedy.py): every generated token is the greedy (argmax) token of audit.py's own
+            forward pass.
 Everything else (required files, config and identity consistency, environment.json, record shape, selection rule,
 summary comparison, stage timings, the tokenizer and data checks) is a shared group.
 """
@@ -26,18 +27,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, MISSING, expect, get, short
+from evidence_audit.checks import ARITHMETIC, IDENTITY, MISSING, expect, get, short
 from evidence_audit import uncertainty
 from evidence_audit.definitions import confirmation_scored, is_int, is_sha
-from evidence_audit.forward import FORWARD_TOL, forget_scores, llama_logprobs, load_llama, use_threads
-from evidence_audit.model_files import is_local, rehash_problems
-from evidence_audit.reading import load_evidence, parse_strict, read_text, sha256_file, sha256_text
+from evidence_audit.greedy import greedy_check
+from evidence_audit.reading import load_evidence, parse_strict, read_text, sha256_text
 from evidence_audit.rules.extraction_review import EXT_REVIEW_KEYS, ext_review, print_review, review_check
 from evidence_audit.shared import (RecordShape, config_block, deeper_levels, environment_check,
                                    hash_selection_problems, identity_problems, limit_note, limited_hash_selection,
                                    model_problems, rank_order_problems,
                                    record_shape_check, required_files, restated_problems, split_note, split_problems,
                                    stages_check, summary_check, token_span)
+from evidence_audit.templates import chat_renderer
 from evidence_audit.tokens import chat_template, private_texts, sst2_data_check, tokenizer_or_skip
 
 __all__ = ["audit_extraction", "ext_strict_reason", "ext_scores_from_text", "ext_sample", "ext_expected_summary",
@@ -67,7 +68,6 @@ SHAPE = RecordShape(
                                        "text_sha256": lambda v: v is None or is_sha(v)}})
 GENERATION_FIELDS = "idx, sentence, user_message, prompt, generation (strings), generated_ids (ints)"
 TOKENISATION = "tokenisation (prompt ids, generated ids -> text, finish reason)"
-GREEDY = "greedy tokens (argmax at every generated position)"
 
 
 @dataclass
@@ -620,17 +620,6 @@ def audit_extraction_identity(C, name, ev, records, model_dir, data_parquet):
     return tokens
 
 
-def chat_renderer(template):
-    """The chat template compiled as transformers renders it (jinja2 sandbox, trim_blocks, lstrip_blocks), or None
-    without jinja2 or a template."""
-    try:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError:
-        return None
-    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(template) \
-        if template is not None else None
-
-
 def tokenisation_check(C, name, ev, records, model_dir):
     """Row TOKENISATION: the eos token, the chat template's hash, and per record the prompt, its token count, the
     finish reason and the text decoded from the generated ids. Returns {idx: (prompt ids, generated ids)} when
@@ -684,63 +673,3 @@ def retokenise_generation(tok, render, r, g, eos_id, n_new, bad):
     expect(bad, w, "generation", g["generation"], tok.decode(gen[:-1] if ends_eos else gen, skip_special_tokens=False),
            "the generated ids decoded (final eos removed)")
     return ids, gen
-
-
-# ---- level 3, forward ----------------------------------------------------------------------------------------------
-
-def greedy_check(C, name, ident, records, tokens, model_dir):
-    """Row GREEDY: audit.py's own Llama forward over prompt + generation; every generated token must be the argmax
-    at its position, up to a numerical near-tie (top-1 minus the recorded token's log-prob <= FORWARD_TOL); the
-    cached weights must be the ones identity.json names. Returns the figures for audit.json, or None."""
-    weights = Path(model_dir) / "model.safetensors" if model_dir else None
-    if tokens is None:
-        C.skip(name, FORWARD, GREEDY, "needs verified prompt and generated ids from the identity level")
-        return None
-    if weights is None or not weights.exists():
-        C.skip(name, FORWARD, GREEDY, f"model not found ({weights}); pass --cache with the prepared cache")
-        return None
-    try:
-        use_threads(C.options.threads)
-        model, why = load_llama(model_dir)
-    except ImportError as e:
-        model, why = None, f"cannot import torch/safetensors ({e})"
-    if model is None:
-        C.skip(name, FORWARD, GREEDY, why)
-        return None
-    bad = []
-    if is_local(ident):     # a local --model directory: model_sha256 is derived from every file; re-hash each
-        rehash_problems(bad, model_dir, ident, sorted(ident.get("model_files") or {}))
-    else:
-        expect(bad, str(weights), "sha256", sha256_file(weights),
-               ident.get("model_sha256", MISSING) if ident else MISSING, "identity.json model_sha256")
-    figures = greedy_positions(model, records, tokens, bad)
-    C.add(name, FORWARD, GREEDY, len(records), bad,
-          note=f"{figures['positions']} positions, {figures['near_ties']} numerical near-ties, smallest top-1 margin "
-               f"{figures['min_margin'] if figures['min_margin'] is None else round(figures['min_margin'], 6)} "
-               f"(max |recomputed - greedy| tol {FORWARD_TOL:g})")
-    return figures
-
-
-def greedy_positions(model, records, tokens, bad):
-    """Every generated position: the recorded token against the forward pass's argmax (a gap within FORWARD_TOL is
-    a near-tie, not a failure). Returns {positions, near_ties, min_margin}."""
-    import torch
-    n_pos, ties, min_margin = 0, 0, None
-    for r in records:
-        ids, gen = tokens[r["idx"]]
-        seq = ids + gen
-        lp = llama_logprobs(model, seq[:-1])
-        forget_scores(model, seq[:-1])       # one use per sequence: do not keep 20 MB per item
-        for k, t in enumerate(gen):
-            row = lp[len(ids) - 1 + k]
-            top = int(torch.argmax(row))
-            n_pos += 1
-            if top == t:
-                margin = float(row[t]) - float(torch.topk(row, 2).values[1])
-                min_margin = margin if min_margin is None else min(min_margin, margin)
-            elif float(row[top] - row[t]) <= FORWARD_TOL:
-                ties += 1
-            else:
-                bad.append(f"idx {r['idx']} generated_ids[{k}]: {t} is not the greedy token ({top}, "
-                           f"log-prob gap {float(row[top] - row[t]):.3g})")
-    return {"positions": n_pos, "near_ties": ties, "min_margin": min_margin}

@@ -36,12 +36,13 @@ from pathlib import Path, PurePath
 
 from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, MISSING, compare_tree, expect, get, short
 from evidence_audit.definitions import is_int, is_num, is_sha
+from evidence_audit.greedy import greedy_check
 from evidence_audit.reading import (Unreadable, load_evidence, parse_strict, read_json, read_jsonl, read_text,
                                     sha256_file, sha256_text)
-from evidence_audit.rules.extraction import chat_renderer, greedy_check
 from evidence_audit.shared import (RecordShape, deeper_levels, environment_check, identity_problems, limit_problems,
                                    model_problems, record_shape_check, required_files, restated_problems,
                                    split_problems, stages_check)
+from evidence_audit.templates import chat_renderer
 from evidence_audit.tokens import chat_template, tokenizer_or_skip
 
 H_SCHEMA = "harness-leaderboard/v1"

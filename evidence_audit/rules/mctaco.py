@@ -24,7 +24,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from evidence_audit import uncertainty
+from evidence_audit import forward, uncertainty
 from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, MISSING, expect, get, short
 from evidence_audit.definitions import argmax_first, is_int, is_num, is_sha
 from evidence_audit.fast_mode import fast_expected
@@ -455,8 +455,6 @@ def mctaco_forward(C, name, ev, records, tokens, model_dir):
     """The forward level: every record's scores (two_path_forward), then row LIMIT_FORWARD: each limit run's two
     score lists against audit.py's own forward pass on the same documents' token ids (the arithmetic level takes
     those lists as given; here they must be the model's own numbers, within the forward tolerance)."""
-    from evidence_audit import forward
-
     figures = two_path_forward(C, name, ev, records, tokens, model_dir)
     if figures is None:
         C.skip(name, FORWARD, LIMIT_FORWARD, "the forward pass did not run (see the rows above)")
