@@ -39,10 +39,10 @@ from experiments import official, parallel, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import EVIDENCE_FORMAT, FORMAT_KEY, IdentityMismatch, jsonl
 from experiments.extraction_sample import AUDIT_RULE, choose_audit_sample, class_weights
-from experiments.protocol import limited_selection, with_limit
 from experiments.review_page import build_review_page
 from experiments.scoring import sha256_text
-from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
+from experiments.selection import (config_head, confirmation_items_scored, limited_selection, load_rows, select_items,
+                                  with_limit)
 
 NAME = "extraction"
 DATA_PARALLEL = True   # its generations go through parallel.shard_map (torchrun, --shard, --merge)

@@ -227,33 +227,29 @@ def check_shuffle_source():
     return out, no_shuffle
 
 
-def units(items):
-    """What both paths score, per document: (idx, where, prompt, candidates)."""
-    return [(it["idx"], f"idx {it['idx']}", it["prompt"], it["candidates"]) for it in items]
-
-
-def official_part(ctx, lm, items, parquet, selection, split):
+def official_part(ctx, lm, items, selection):
     """lm-eval's main run on these documents: ({doc_id: {"sample", "boundaries"}}, meta). One process: as the
     selection says (smoke: sorted samples; else lm-eval's own limit or all); a part of a data-parallel run: the
     part's documents as sorted samples (lm-eval does not shuffle, so they are the documents its limit selects)."""
     seed = ctx.config["seed"]
-    cfg = task_config_for(parquet, split)
+    cfg = task_config_for(ctx.data.parquet_path, ctx.data.split)
     if selection["mode"] == "smoke" or parallel.plan_of(ctx).mode != "single":
         passed = sorted(it["idx"] for it in items)
         results = official.evaluate(lm, cfg, TASK_NAME, passed, seed)
     else:
         passed = None
         results = official.evaluate(lm, cfg, TASK_NAME, None, seed, limit=selection["limit"])
-    meta = {**official_meta(results, passed, selection, split),
+    meta = {**official_meta(results, passed, selection, ctx.data.split),
             **official.lm_facts(lm, ctx.inputs.model_dir, ctx.config)}
     return two_paths.logged_samples(lm, items, results["samples"][TASK_NAME]), meta
 
 
-def limit_runs_part(ctx, lm, parquet, limit_ns, split):
+def limit_runs_part(ctx, lm, limit_ns):
     """One whole lm-eval run with its own limit=N per N: ({N: results, n_samples, samples}, {})."""
     limit_runs = {}
     for n in tqdm(limit_ns, desc="lm-eval limit runs", unit="run"):
-        r = official.evaluate(lm, task_config_for(parquet, split), TASK_NAME, None, ctx.config["seed"], limit=n)
+        r = official.evaluate(lm, task_config_for(ctx.data.parquet_path, ctx.data.split), TASK_NAME, None,
+                              ctx.config["seed"], limit=n)
         limit_runs[n] = {"results": r["results"][TASK_NAME], "n_samples": r["n-samples"][TASK_NAME],
                          "samples": r["samples"][TASK_NAME]}
     return limit_runs, {}
@@ -334,20 +330,18 @@ def prompt_template_sha256(config):
     return hashlib.sha256(config["mctaco_prompt"].encode("utf-8")).hexdigest()
 
 
-def scoring_calls(ctx, items, parquet, selection, limit_ns, split):
+def scoring_calls(ctx, items, selection, limit_ns):
     """MC-TACO's two calls: the documents (lm-eval's task; the independent path on the same batches, through the
     result cache), and the limit demonstration (one whole lm-eval run per N, assigned by N; the independent path
     scores each again on that run's own batches)."""
-    main = two_paths.Call(items, lambda lm, part: official_part(ctx, lm, part, parquet, selection, split),
-                          units=units, combine_official=lambda metas, per_doc: combine_official(metas, per_doc,
-                                                                                                selection),
+    main = two_paths.Call(items, lambda lm, part: official_part(ctx, lm, part, selection), unit=two_paths.prompt_unit,
+                          combine_official=lambda metas, per_doc: combine_official(metas, per_doc, selection),
                           check_official=lambda meta: check_task_config(meta, ctx.config))
-    limits = two_paths.Call([{"idx": n} for n in limit_ns], suffix="_limit_runs",
-                            official=lambda lm, part: limit_runs_part(ctx, lm, parquet, [it["idx"] for it in part],
-                                                                      split),
+    limits = two_paths.Call([{"idx": n} for n in limit_ns],
+                            official=lambda lm, part: limit_runs_part(ctx, lm, [it["idx"] for it in part]),
                             independent=lambda model, tokenizer, part: limit_scores_part(
                                 ctx, model, tokenizer, items, [it["idx"] for it in part]))
-    return [main, limits]
+    return {"": main, "_limit_runs": limits}
 
 
 def limit_scores_part(ctx, model, tokenizer, items, limit_ns):
@@ -359,46 +353,40 @@ def limit_scores_part(ctx, model, tokenizer, items, limit_ns):
         if [it["idx"] for it in first] != list(range(n)):
             raise ResourceError(f"mctaco: the limit={n} run's documents 0..{n - 1} are not all in this run's "
                                 "selection")
-        scored, plan, _ = scoring.score_items(model, tokenizer, [u[1:] for u in units(first)],
+        scored, plan, _ = scoring.score_items(model, tokenizer, [two_paths.prompt_unit(it)[1:] for it in first],
                                               ctx.config["max_input_tokens"], ctx.config["official_batch_size"])
         out[n] = {"doc_ids": [it["idx"] for it in first], "scores": [[c["score"] for c in s] for s in scored],
                   "shapes": plan.shapes()}
     return out, {}
 
 
-# ---- join and compare ------------------------------------------------------------------------------------------
+# ---- the compare half ------------------------------------------------------------------------------------------
 
-def mctaco_fields(sample, item):
-    """The MC-TACO identity fields of one logged sample (two_paths.join_samples adds prompt, candidates, tokens)."""
-    doc = sample["doc"]
-    return [
-        ("label", doc.get("label"), item["label"]),
-        ("target", sample["target"], item["label"]),
-        ("category", doc.get("category"), item["category"]),
-        ("sentence_sha256", scoring.sha256_text(doc.get("sentence", "")), scoring.sha256_text(item["sentence"])),
-        ("question_sha256", scoring.sha256_text(doc.get("question", "")), scoring.sha256_text(item["question"])),
-        ("answer_sha256", scoring.sha256_text(doc.get("answer", "")), scoring.sha256_text(item["answer"])),
-        ("f1 pair gold", int(sample["f1"][0]), item["label"]),
-    ]
+# What two_paths.compare_logged checks of mc_taco's logged samples and writes per document: its f1 logs a (gold,
+# pred) pair per document, whose gold must be the label and pred the official argmax.
+MC_TACO = two_paths.LoggedTask(
+    noun="documents",
+    fields=(("label", "doc.label", "label"), ("target", "target", "label"), ("category", "doc.category", "category"),
+            ("sentence_sha256", "doc.sentence", "sentence"), ("question_sha256", "doc.question", "question"),
+            ("answer_sha256", "doc.answer", "answer")),
+    pair_metric="f1",
+    record_fields=("question_id", "question_rank", "candidate_rank", "category", "question_sha256", "answer_sha256"),
+    text_fields=("idx", "sentence", "question", "answer", "category", "prompt"))
 
 
-def compare(items, official_by_idx, independent):
-    records, texts, bad = [], [], []
-    for it in items:
-        s = official_by_idx[it["idx"]]
-        record, agrees = two_paths.compare_item(it, s, independent[it["idx"]])
-        # lm-eval's f1 pair is (gold, pred): its pred must be the official argmax
-        if not agrees or int(s["f1"][1]) != record["official"]["pred"]:
-            bad.append((it["idx"], "scores", record["official"]["scores"], record["independent"]["scores"]))
-        record.update({"question_id": it["question_id"], "question_rank": it["question_rank"],
-                       "candidate_rank": it["candidate_rank"], "category": it["category"],
-                       "question_sha256": scoring.sha256_text(it["question"]),
-                       "answer_sha256": scoring.sha256_text(it["answer"])})
-        record["official"]["f1_pair"] = [int(s["f1"][0]), int(s["f1"][1])]
-        records.append(record)
-        texts.append({"idx": it["idx"], "sentence": it["sentence"], "question": it["question"],
-                      "answer": it["answer"], "category": it["category"], "prompt": it["prompt"]})
-    return records, texts, bad
+def compare(ctx, items, questions, doc_idx, selection, limit_ns, scored, shuffle_source):
+    """The compare half (two_paths.compare_logged), lm-eval's own acc and F1 against the independent ones, the limit
+    demonstration and the summary: (records, texts, summary). Raises IdentityMismatch on any difference."""
+    official_meta = scored.official[""][1]
+    records, texts, fast = two_paths.compare_logged(ctx, MC_TACO, items, scored)
+    check_reported_metrics(records, official_meta)
+    limit_rows, shuffle = limit_demonstration(records, questions, doc_idx, limit_ns, scored.official["_limit_runs"][0],
+                                              scored.independent["_limit_runs"][0], shuffle_source,
+                                              two_paths.agreement_tolerance(ctx.config))
+    summary = summarise(records, questions, doc_idx, selection, ctx.split, official_meta, limit_rows, shuffle)
+    if fast is not None:
+        summary["fast"] = fast
+    return records, texts, summary
 
 
 # ---- the limit demonstration -----------------------------------------------------------------------------------
@@ -542,8 +530,7 @@ def summarise(records, questions, doc_idx, selection, split, meta, limit_rows, s
         "by_category": by_cat,
         "baselines": {name: {"acc": accuracy(labels, [k] * len(labels)), "f1": corpus_f1(labels, [k] * len(labels)),
                              "computed_on": scope} for k, name in ((0, "always_no"), (1, "always_yes"))},
-        "agreement": {**two_paths.agreement(records, lambda r: r["official"]["pred"],
-                                            lambda r: r["independent"]["pred"]),
+        "agreement": {**two_paths.agreement(records),
                       "acc_official_vs_independent": [meta["reported"]["acc"], ind["acc"]],
                       "f1_official_vs_independent": [meta["reported"]["f1"], ind["f1"]]},
         "identity_checks": {"passed": True, "n_samples_joined": len(records),
@@ -658,35 +645,12 @@ def run(ctx):
     items = build_items(rows, doc_idx, questions, config)
     limit_ns = limit_ns_for(doc_idx, questions, config)
     shuffle_source = check_shuffle_source()   # before any model is loaded: a moved source line stops the run early
-
-    fast_mode = ((lambda model, tokenizer: fast_check.run_fast(ctx, items, model, tokenizer)) if ctx.options.fast
-                 else None)
-    calls = scoring_calls(ctx, items, ctx.data.parquet_path, selection, list(limit_ns), ctx.data.split)
-    scored = two_paths.score_twice(ctx, calls, prompt_template_sha256(config), fast_mode)
-    (per_doc, official_meta), (independent, independent_meta) = scored.official[""], scored.independent[""]
-    official_meta["documents_passed_as_samples"] = (sorted(it["idx"] for it in items)
-                                                    if selection["mode"] == "smoke" else None)
-    samples, boundaries = two_paths.samples_and_boundaries(per_doc)
-    limit_runs, limit_scores = scored.official["_limit_runs"][0], scored.independent["_limit_runs"][0]
-    fast = scored.fast
+    scored = two_paths.score_twice(ctx, scoring_calls(ctx, items, selection, list(limit_ns)),
+                                   prompt_template_sha256(config), fast=True)
+    official_meta, independent_meta = scored.official[""][1], scored.independent[""][1]
+    official_meta["documents_passed_as_samples"] = sorted(doc_idx) if selection["mode"] == "smoke" else None
     with ctx.stages.stage("compare"):
-        official_by_idx = two_paths.join_samples(items, samples, boundaries, independent, mctaco_fields, "documents",
-                                                 independent_meta["special_tokens"]["prefix_ids"])
-        records, texts, bad = compare(items, official_by_idx, independent)
-        if bad:
-            raise IdentityMismatch(two_paths.score_disagreement([b[0] for b in bad], independent, config,
-                                                                "documents"), bad)
-        check_reported_metrics(records, official_meta)
-        limit_rows, shuffle = limit_demonstration(records, questions, doc_idx, limit_ns, limit_runs, limit_scores,
-                                                  shuffle_source, two_paths.agreement_tolerance(config))
-        summary = summarise(records, questions, doc_idx, selection, ctx.split, official_meta, limit_rows, shuffle)
-        if fast is not None:
-            summary["fast"], bad = fast_check.compare_fast(records, fast, independent_meta["result_cache"], config,
-                                                           ctx.stages.stages)
-            if bad:
-                raise IdentityMismatch("fast mode disagrees with parity mode (an argmax changed or a score moved "
-                                       f"more than fast_tolerance={config['fast_tolerance']})", bad)
-
+        records, texts, summary = compare(ctx, items, questions, doc_idx, selection, limit_ns, scored, shuffle_source)
     return Result(config=config_of(ctx, rows, questions, doc_idx, selection, limit_ns, official_meta,
                                    independent_meta),
                   records=records, summary=summary,

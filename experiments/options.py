@@ -20,7 +20,7 @@ independent path (experiments/scoring.py) in the batches lm-eval forms for that 
 identity and candidate token boundaries and must agree bit for bit; lm-eval's process_results (acc, acc_norm) on the official scores must agree with the metrics computed
 here. Any disagreement stops the run (IdentityMismatch, exit 1).
 
-Flags it honours (ctx.options): limit only (protocol.limited_selection: the first N items of the selection, in
+Flags it honours (ctx.options): limit only (selection.limited_selection: the first N items of the selection, in
 its order).
 
 Read top to bottom: conditions -> items -> official run -> independent run -> join + compare -> metrics ->
@@ -33,15 +33,15 @@ import registry
 from experiments import official, scoring, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
-from experiments.protocol import limited_selection, with_limit
-from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
+from experiments.selection import (config_head, confirmation_items_scored, limited_selection, load_rows, select_items,
+                                  with_limit)
 from resources import ResourceError
 
 NAME = "options"
 CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
 EXACT_AGREEMENT_ONLY = True  # its two paths must agree bit for bit: run.py refuses a device without that claim
 DATA_PARALLEL = True   # its scoring goes through parallel.shard_map (torchrun, --shard, --merge)
-SUPPORTS_LIMIT = True  # --limit N: the first N items of the selection (protocol.limited_selection)
+SUPPORTS_LIMIT = True  # --limit N: the first N items of the selection (selection.limited_selection)
 TASK_YAML = "tasks/glue/sst2/default.yaml"
 
 
@@ -212,10 +212,6 @@ def scoring_units(items, conditions):
             for it in items for k in keys]
 
 
-def unit_key(unit):
-    return unit["key"]
-
-
 def unit_requests(unit):
     """(key, where, context, candidates) of a unit: every candidate of its conditions, in condition order."""
     it = unit["item"]
@@ -226,6 +222,16 @@ def unit_requests(unit):
 def by_pair(per_unit):
     """{(idx, condition): value} from shard_map's {(idx, context key): {condition: value}}."""
     return {(key[0], name): v for key, conds in per_unit.items() for name, v in conds.items()}
+
+
+def by_condition(units, scored):
+    """{(idx, condition): its scored candidates} from the independent path's {(idx, context key): every candidate
+    of the unit's conditions, in condition order} (unit_requests)."""
+    out = {}
+    for u in units:
+        cands = iter(scored[u["key"]])
+        out.update({(u["key"][0], c["name"]): [next(cands) for _ in c["candidates"]] for c in u["conditions"]})
+    return out
 
 
 def summed(key):
@@ -269,22 +275,10 @@ def official_part(ctx, lm, units):
     return out, meta
 
 
-def independent_part(ctx, model, tokenizer, units):
-    """Every unit's candidates in lm-eval's batches for this part's requests, split back by condition."""
-    scored, meta = two_paths.score_independent(ctx, model, tokenizer, [unit_requests(u) for u in units],
-                                               template_sha256(ctx.config), "independent scoring (5 conditions)")
-    out = {}
-    for u in units:
-        cands = iter(scored[u["key"]])
-        out[u["key"]] = {c["name"]: [next(cands) for _ in c["candidates"]] for c in u["conditions"]}
-    return out, meta
-
-
 def scoring_call(ctx, units):
-    """The options experiment's one call: every (item, context) unit, its conditions' requests on both paths."""
-    return two_paths.Call(units, lambda lm, part: official_part(ctx, lm, part),
-                          units=lambda us: [unit_requests(u) for u in us], key=unit_key,
-                          independent=lambda model, tokenizer, part: independent_part(ctx, model, tokenizer, part),
+    """The options experiment's one call: every (item, context) unit, its conditions' requests on both paths (the
+    independent side: two_paths.score_independent on unit_requests, split back by condition with by_condition)."""
+    return two_paths.Call(units, lambda lm, part: official_part(ctx, lm, part), unit=unit_requests,
                           combine_official=summed("n_requests"))
 
 
@@ -311,11 +305,9 @@ def make_records(items, conditions, off, ind):
                     bad.append((where, f"boundary {y['text']!r}", ob, [y["start"], y["token_ids"]]))
             o_scores = [x["score"] for x in o]
             i_scores = [y["score"] for y in i]
-            diffs = [abs(a - b) for a, b in zip(o_scores, i_scores)]
-            if any(d != 0.0 for d in diffs):
+            diffs, o_pos, pos, agree = two_paths.compare_scores(o_scores, i_scores)
+            if not agree:
                 bad.append((where, "scores", o_scores, i_scores))
-            pos = scoring.argmax_first(i_scores)
-            o_pos = scoring.argmax_first(o_scores)
             if o_pos != pos:
                 bad.append((where, "pred_position", o_pos, pos))
             pos_chars = argmax_norm_chars(i_scores, c["choices"])
@@ -483,9 +475,10 @@ def score_and_compare(ctx, items, conditions):
     Raises IdentityMismatch on any difference. bench.py times this too."""
     config = ctx.config
     check_shared_contexts(items, conditions)
-    scored = two_paths.score_twice(ctx, [scoring_call(ctx, scoring_units(items, conditions))], template_sha256(config))
+    units = scoring_units(items, conditions)
+    scored = two_paths.score_twice(ctx, {"": scoring_call(ctx, units)}, template_sha256(config))
     (off, official_meta), (ind, independent_meta) = scored.official[""], scored.independent[""]
-    off, ind = by_pair(off), by_pair(ind)
+    off, ind = by_pair(off), by_condition(units, ind)
     with ctx.stages.stage("compare"):
         records, bad = make_records(items, conditions, off, ind)
         if bad:

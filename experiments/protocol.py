@@ -15,11 +15,11 @@ compare -> evidence.
 import hashlib
 
 import registry
-from experiments import fast_check, official, scoring, stats, two_paths
+from experiments import fast_check, official, stats, two_paths
 from experiments.context import Result
 from experiments.evidence import IdentityMismatch, jsonl
-from experiments.selection import config_head, confirmation_items_scored, load_rows, select_items
-from resources import ResourceError
+from experiments.selection import (config_head, confirmation_items_scored, limited_selection, load_rows, select_items,
+                                  with_limit)
 
 NAME = "protocol"
 CONFIG_SECTIONS = registry.config_sections(NAME)   # declared in registry.py
@@ -29,40 +29,22 @@ TASK_YAML = "tasks/glue/sst2/default.yaml"
 TASK_NAME = "sst2"
 
 
+# What the compare half (two_paths.compare_logged) checks of glue/sst2's logged samples and writes per item; a failed
+# join carries the order the idx were passed to lm-eval in (what --no-sort-samples demonstrates).
+SST2 = two_paths.LoggedTask(
+    noun="items",
+    fields=(("doc.idx", "doc.idx", "idx"), ("label", "doc.label", "label"), ("target", "target", "label"),
+            ("sentence_sha256", "doc.sentence", "sentence")),
+    record_fields=("rank",), text_fields=("idx", "sentence", "prompt"),
+    failure_details=("indices_passed_to_lm_eval", "indices_order"))
+
+
 def prompt_template_sha256(config):
     return hashlib.sha256(config["sst2_prompt"].encode("utf-8")).hexdigest()
 
 
 def data_label(ctx):
     return ctx.data.id
-
-
-def limited_selection(ctx, idx_list):
-    """(the idx list to score, the limit block or None). --limit N keeps the first N items of the selection in the
-    selection's own order (the hash rule's rank order; idx order for --split all), decided before anything is
-    scored; the options and extraction experiments use it too. N over the selection's size is refused: the label
-    "first N of M" would then be false, and lm-eval would silently score fewer than N."""
-    n = ctx.options.limit
-    if n is None:
-        return idx_list, None
-    if not 1 <= n <= len(idx_list):
-        raise ResourceError(f"{ctx.name}: --limit {n} is outside 1..{len(idx_list)} (the {ctx.split} selection has "
-                            f"{len(idx_list)} items)")
-    order = "idx order" if ctx.split == "all" else "rank order of the hash rule"
-    return idx_list[:n], {"n": n, "of": len(idx_list), "order": order}
-
-
-def limit_label(block, unit="items"):
-    """How a limited run says so (console headline; report.py words it the same from the evidence)."""
-    return f"first {block['n']} of {block['of']} {unit} (--limit {block['n']})"
-
-
-def with_limit(block, summary, config_out, text, unit="items"):
-    """Record the limit block in summary.json and config.json and put its label before the headline `text`."""
-    if block is None:
-        return text
-    summary["limit"] = config_out["limit"] = block
-    return f"{limit_label(block, unit)}: {text}"
 
 
 def build_items(rows, idx_list, config):
@@ -110,11 +92,6 @@ def indices_for_lm_eval(indices, sort=True):
     return indices[::-1], "--no-sort-samples: the rank order reversed (the rank order is already ascending)"
 
 
-def units(items):
-    """What both paths score, per item: (idx, where, prompt, candidates)."""
-    return [(it["idx"], f"idx {it['idx']}", it["prompt"], it["candidates"]) for it in items]
-
-
 def official_part(ctx, lm, items):
     """lm-eval with the installed task on these items (see indices_for_lm_eval for the order): ({doc_id: {"sample":
     logged sample, "boundaries": lm-eval's token boundaries}}, meta)."""
@@ -142,48 +119,14 @@ def combine_official(metas, per_doc):
 def scoring_call(ctx, items):
     """The protocol's one call: every selected item, lm-eval's task on the official side, the items' prompts and
     candidates on the independent side (lm-eval's batches, the result cache)."""
-    return two_paths.Call(items, lambda lm, part: official_part(ctx, lm, part), units=units,
+    return two_paths.Call(items, lambda lm, part: official_part(ctx, lm, part), unit=two_paths.prompt_unit,
                           combine_official=combine_official,
                           check_official=lambda meta: check_task_config(meta["dumped_task_config"], ctx.config))
 
 
-def sst2_fields(sample, item):
-    """The SST-2 identity fields of one logged sample (two_paths.join_samples adds prompt, candidates, tokens)."""
-    doc = sample["doc"]
-    return [
-        ("doc.idx", doc.get("idx"), item["idx"]),
-        ("label", doc.get("label"), item["label"]),
-        ("target", sample["target"], item["label"]),
-        ("sentence_sha256", scoring.sha256_text(doc.get("sentence", "")), scoring.sha256_text(item["sentence"])),
-    ]
-
-
-def join_and_check(items, samples, boundaries, independent, official_meta, prefix_ids=None):
-    """Join every logged official sample to its item by doc_id and check each identity field (and lm-eval's
-    leading special tokens against the independent path's `prefix_ids`). A failure carries the order the indices
-    were passed to lm-eval in (what --no-sort-samples demonstrates)."""
-    try:
-        return two_paths.join_samples(items, samples, boundaries, independent, sst2_fields, "items", prefix_ids)
-    except IdentityMismatch as e:
-        e.details = {"indices_passed_to_lm_eval": official_meta["indices_passed_to_lm_eval"],
-                     "indices_order": official_meta["indices_order"]}
-        raise
-
-
-def compare(items, official_by_idx, independent, tolerance=0.0):
-    records, texts, bad = [], [], []
-    for it in items:
-        record, agrees = two_paths.compare_item(it, official_by_idx[it["idx"]], independent[it["idx"]], tolerance)
-        record["rank"] = it["rank"]
-        if not agrees:
-            bad.append((it["idx"], "scores", record["official"]["scores"], record["independent"]["scores"]))
-        records.append(record)
-        texts.append({"idx": it["idx"], "sentence": it["sentence"], "prompt": it["prompt"]})
-    return records, texts, bad
-
-
-def summarise(records, split, meta):
+def summarise(records, split, meta, config):
     n = len(records)
+    agreement = two_paths.agreement(records)
     labels = [r["label"] for r in records]
     label_counts = {str(k): labels.count(k) for k in (0, 1)}
     majority = max((0, 1), key=lambda k: (labels.count(k), -k))
@@ -199,7 +142,9 @@ def summarise(records, split, meta):
         "official": {**side(lambda r: r["official"]["pred"]), "lm_eval_reported_acc": meta["reported_acc"]},
         "independent": side(lambda r: r["independent"]["pred"]),
         "constant_class_baseline": {"label": majority, "accuracy": labels.count(majority) / n},
-        "agreement": two_paths.agreement(records, lambda r: r["official"]["pred"], lambda r: r["independent"]["pred"]),
+        "agreement": agreement,
+        "agreement_claim": two_paths.agreement_claim(config, agreement["max_abs_diff"],
+                                                     agreement["n_prediction_mismatches"]),
         "identity_checks": {"passed": True, "n_samples_joined": n,
                             "fields": ["doc_id", "doc.idx", "label", "target", "sentence_sha256", "prompt_sha256",
                                        "candidate texts", "candidate token ids and start"]},
@@ -242,34 +187,19 @@ def sort_note(options, official_meta):
 
 
 def score_and_compare(ctx, items):
-    """Both paths (two_paths.score_twice), the identity join and the comparison: (records, texts, summary, official
-    meta, independent meta). Raises IdentityMismatch on any difference. bench.py times this."""
-    config, stages = ctx.config, ctx.stages
-    fast_mode = ((lambda model, tokenizer: fast_check.run_fast(ctx, items, model, tokenizer)) if ctx.options.fast
-                 else None)
-    scored = two_paths.score_twice(ctx, [scoring_call(ctx, items)], prompt_template_sha256(config), fast_mode)
-    (per_doc, official_meta), (independent, independent_meta) = scored.official[""], scored.independent[""]
-    samples, boundaries = two_paths.samples_and_boundaries(per_doc)
+    """Both paths (two_paths.score_twice), the identity join and the comparison (two_paths.compare_logged):
+    (records, texts, summary, official meta, independent meta). Raises IdentityMismatch on any difference.
+    bench.py times this."""
+    scored = two_paths.score_twice(ctx, {"": scoring_call(ctx, items)}, prompt_template_sha256(ctx.config), fast=True)
+    official_meta, independent_meta = scored.official[""][1], scored.independent[""][1]
     passed, order = indices_for_lm_eval([it["idx"] for it in items], sort=not ctx.options.no_sort_samples)
     official_meta.update(indices_passed_to_lm_eval=passed, indices_sorted=passed == sorted(passed),
                          indices_order=order)
-    fast = scored.fast
-    with stages.stage("compare"):
-        official_by_idx = join_and_check(items, samples, boundaries, independent, official_meta,
-                                         independent_meta["special_tokens"]["prefix_ids"])
-        tolerance = two_paths.agreement_tolerance(config)
-        records, texts, bad = compare(items, official_by_idx, independent, tolerance)
-        if bad:
-            raise IdentityMismatch(two_paths.score_disagreement([b[0] for b in bad], independent, config), bad)
-        summary = summarise(records, ctx.split, official_meta)
-        summary["agreement_claim"] = two_paths.agreement_claim(config, summary["agreement"]["max_abs_diff"],
-                                                               summary["agreement"]["n_prediction_mismatches"])
+    with ctx.stages.stage("compare"):
+        records, texts, fast = two_paths.compare_logged(ctx, SST2, items, scored)
+        summary = summarise(records, ctx.split, official_meta, ctx.config)
         if fast is not None:
-            summary["fast"], bad = fast_check.compare_fast(records, fast, independent_meta["result_cache"], config,
-                                                stages.stages)
-            if bad:
-                raise IdentityMismatch("fast mode disagrees with parity mode (an argmax changed or a score moved "
-                                       f"more than fast_tolerance={config['fast_tolerance']})", bad)
+            summary["fast"] = fast
     return records, texts, summary, official_meta, independent_meta
 
 

@@ -238,13 +238,20 @@ def encode_items(tokenizer, items, limit):
     return requests
 
 
-def score_items(model, tokenizer, items, limit, batch_size, cache=None, progress=None):
+def score_items(model, tokenizer, items, limit, batch_size, cache=None, progress=None, requests=None):
     """Score every candidate of every item [(where, context, candidates)] in lm-eval's batches for this whole set
-    of items (one loglikelihood call of lm-eval over the same requests).
+    of items (one loglikelihood call of lm-eval over the same requests). `requests`: the items already encoded
+    (encode_items without a limit: a data-parallel plan encodes them once, two_paths.by_whole_batches); their
+    lengths are checked here as encode_items checks them.
 
     Returns ([[{"text", "token_ids", "start", "score", "batch": BatchPlan.where}] per item], plan, served) with
     served[k] True for the k-th candidate overall if its batch came from the cache."""
-    requests = encode_items(tokenizer, items, limit)
+    if requests is None:
+        requests = encode_items(tokenizer, items, limit)
+    else:
+        wheres = [where for where, _, candidates in items for _ in candidates]
+        for where, (ctx_ids, cand_ids) in zip(wheres, requests):
+            check_length(len(ctx_ids) + len(cand_ids), limit, where)
     plan = lm_eval_batches(requests, batch_size)
     scores, served = score_batches(model, plan, requests, cache, progress)
     out, k = [], 0

@@ -1,4 +1,5 @@
-"""Item selection by a fixed hash rule, decided before any output is seen, and the one loader of SST-2 rows.
+"""Item selection by a fixed hash rule, decided before any output is seen, the one loader of SST-2 rows, and
+--limit N (the first N items of a selection) for the experiments on the SST-2 items.
 
 Rows are ranked by sha256(f"{salt}:{idx}") ascending. The first n_dev are the development items, the next
 n_confirm the confirmation items; --smoke takes the first n_smoke development items. --split all takes every row of
@@ -80,3 +81,33 @@ def config_head(ctx, name, n_rows, idx_list):
             "data": ctx.data.id, "data_content_sha256": ctx.data.content_sha256, "n_rows": n_rows,
             "selection": selection_block(ctx.config, ctx.split, idx_list), "config": ctx.config,
             "model": ctx.inputs.model_identity}
+
+
+# ---- --limit N: the first N items of the selection ------------------------------------------------------------
+
+def limited_selection(ctx, idx_list):
+    """(the idx list to score, the limit block or None). --limit N keeps the first N items of the selection in the
+    selection's own order (the hash rule's rank order; idx order for --split all), decided before anything is
+    scored; protocol, options and extraction use it. N over the selection's size is refused: the label
+    "first N of M" would then be false, and lm-eval would silently score fewer than N."""
+    n = ctx.options.limit
+    if n is None:
+        return idx_list, None
+    if not 1 <= n <= len(idx_list):
+        raise ResourceError(f"{ctx.name}: --limit {n} is outside 1..{len(idx_list)} (the {ctx.split} selection has "
+                            f"{len(idx_list)} items)")
+    order = "idx order" if ctx.split == "all" else "rank order of the hash rule"
+    return idx_list[:n], {"n": n, "of": len(idx_list), "order": order}
+
+
+def limit_label(block, unit="items"):
+    """How a limited run says so (console headline; report.py words it the same from the evidence)."""
+    return f"first {block['n']} of {block['of']} {unit} (--limit {block['n']})"
+
+
+def with_limit(block, summary, config_out, text, unit="items"):
+    """Record the limit block in summary.json and config.json and put its label before the headline `text`."""
+    if block is None:
+        return text
+    summary["limit"] = config_out["limit"] = block
+    return f"{limit_label(block, unit)}: {text}"

@@ -49,7 +49,7 @@ def fake_ctx(limit, split="dev"):
 
 
 def test_limited_selection_keeps_the_first_n_in_selection_order():
-    from experiments.protocol import limited_selection
+    from experiments.selection import limited_selection
     ranked = [41, 7, 19, 3, 55]                  # a rank order, not sorted: the limit must not re-sort it
     assert limited_selection(fake_ctx(None), ranked) == (ranked, None)
     assert limited_selection(fake_ctx(3), ranked) == ([41, 7, 19], {"n": 3, "of": 5,
@@ -59,7 +59,7 @@ def test_limited_selection_keeps_the_first_n_in_selection_order():
 
 @pytest.mark.parametrize("n", [0, 6])
 def test_limited_selection_refuses_a_limit_outside_the_selection(n):
-    from experiments.protocol import limited_selection
+    from experiments.selection import limited_selection
     from resources import ResourceError
     with pytest.raises(ResourceError, match=rf"--limit {n} is outside 1\.\.5"):
         limited_selection(fake_ctx(n), [41, 7, 19, 3, 55])

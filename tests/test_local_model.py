@@ -345,14 +345,14 @@ def test_identity_join_catches_a_bos_disagreement(tiny_dirs):
     sample = {"doc_id": 7, "arguments": [(item["prompt"], c) for c in item["candidates"]]}
     boundaries = two_paths.official_boundaries(lm, [item])
     with pytest.raises(IdentityMismatch) as e:
-        two_paths.join_samples([item], [sample], boundaries, independent, lambda s, it: [], "items",
+        two_paths.join_samples([item], [sample], boundaries, independent, two_paths.LoggedTask(),
                                scoring.special_tokens(tok)["prefix_ids"])
     fields = {row[1] for row in e.value.rows}
     assert fields == {"boundary ' negative'", "boundary ' positive'", "special-token prefix ' negative'",
                       "special-token prefix ' positive'"}
     lm_default = official.make_hflm(official.hflm_args(tiny_dirs["llama"], conf))
     assert two_paths.join_samples([item], [sample], two_paths.official_boundaries(lm_default, [item]), independent,
-                                  lambda s, it: [], "items", scoring.special_tokens(tok)["prefix_ids"])
+                                  two_paths.LoggedTask(), scoring.special_tokens(tok)["prefix_ids"])
 
 
 def test_a_directory_without_chat_template_is_refused_for_chat_experiments(tiny_dirs, tmp_path):
