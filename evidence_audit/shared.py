@@ -543,7 +543,7 @@ def rank_order_problems(keys, want, settings, where_of=lambda k: f"idx {k}"):
 
 
 # ---- --limit N -----------------------------------------------------------------------------------------------------
-# Written again on purpose (experiments/protocol.py limited_selection): the order a limited SST-2 selection keeps.
+# Written again on purpose (experiments/selection.py limited_selection): the order a limited SST-2 selection keeps.
 LIMIT_ORDER = {"all": "idx order"}
 LIMIT_RANK_ORDER = "rank order of the hash rule"
 

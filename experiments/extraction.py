@@ -15,7 +15,7 @@ is written to O/extraction.preregistration.json before the model is loaded; its 
 human-review figures are null here: they exist only once a filled sheet is imported (audit.py --review SHEET).
 
 Flags it honours (ctx.options): out (the pre-registration file is written into O before generation) and limit
-(protocol.limited_selection: the first N items of the selection, in its order; the limit is applied first, so the
+(selection.limited_selection: the first N items of the selection, in its order; the limit is applied first, so the
 audit sample is drawn from those N items, and the pre-registration's population says so: population.limit).
 
 Data parallel (torchrun / accelerate launch, --shard K/N, --merge; experiments/parallel.py): the audit sample is

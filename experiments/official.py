@@ -12,6 +12,8 @@ from pathlib import Path
 
 import lm_eval
 
+from resources import ResourceError
+
 # The directory as imported, not resolved: lm-eval compares its task paths to its own unresolved __file__
 # (tasks/__init__.py relative_to), so a resolved form breaks a venv reached through a symlink. The bytes read
 # (file_hashes) are the same by either form.

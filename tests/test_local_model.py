@@ -438,3 +438,14 @@ def test_the_real_model_as_a_local_directory_runs_extraction_and_audits_at_every
     proc = run_cli("audit.py", out, "--strict", "--tokens", "--forward", "--cache", data_cache)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert any("greedy tokens" in l and "PASS" in l for l in proc.stdout.splitlines()), proc.stdout[-3000:]
+
+
+def test_an_hflm_that_cannot_load_is_one_resource_error(tmp_path):
+    """lm-eval's HFLM refusing a directory (here: a config.json of an unknown model type) is a ResourceError naming
+    the directory, which run.py prints as one line (exit 2), not a NameError traceback."""
+    from experiments import official
+    from resources import ResourceError
+
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    with pytest.raises(ResourceError, match="lm-eval's HFLM could not load it"):
+        official.make_hflm({"pretrained": str(tmp_path), "device": "cpu", "dtype": "float32", "batch_size": 1})
