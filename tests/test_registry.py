@@ -4,9 +4,11 @@ Fast: every derived list agrees with the registry (run.py's --experiment choices
 RULES and CONFIG_SECTIONS, the report's SECTIONS, config.py's sections, each runner's NAME and CONFIG_SECTIONS), and
 registry.py is a leaf the audit and the report may import.
 
-Slow: ARCHITECTURE.md's "Adding an experiment" followed in a copy of the repository. A toy experiment is added by
-writing three modules and one registry line, and goes through the real run.py (on the tiny random model), audit.py
-and report.py: the audit passes and the page shows the toy's own section; an edit of its evidence fails the audit.
+Slow: ARCHITECTURE.md's "Adding an experiment" followed in a copy of the repository. A toy score-twice experiment
+(the SST-2 items through lm-eval and the independent path, joined and compared by two_paths) is added by writing
+three modules and one registry entry, committed there, and the guard tests run in the copy; then it goes through the
+real run.py (on the tiny random model), audit.py and report.py: the audit passes and the page shows the toy's own
+section; an edit of its evidence fails the audit.
 """
 import ast
 import importlib
@@ -171,46 +173,63 @@ def test_no_experiment_name_is_written_outside_its_own_modules():
 
 # ---- slow: adding an experiment, in a copy of the repository -----------------------------------------------------
 
-TOY_RUNNER = '''"""toy: the labels of the selected items, counted. A test of the registry, not a study."""
+TOY_RUNNER = '''"""toy: the SST-2 items scored twice (lm-eval's glue/sst2 task and the independent path), joined on identity and
+compared by two_paths. A test of the registry and the pipeline, not a study."""
 import hashlib
 
 import registry
+from experiments import official, two_paths
 from experiments.context import Result
+from experiments.evidence import jsonl
 from experiments.selection import config_head, load_rows, select_items
 
 NAME = "label_count"
 CONFIG_SECTIONS = registry.config_sections(NAME)
+TASK = two_paths.LoggedTask(fields=(("doc.idx", "doc.idx", "idx"), ("label", "doc.label", "label")),
+                            text_fields=("idx", "prompt"))
 
 
 def data_label(ctx):
     return ctx.data.id
 
 
+def official_part(ctx, lm, items):
+    cfg = official.task_config("tasks/glue/sst2/default.yaml", ctx.data.parquet_path)
+    results = official.evaluate(lm, cfg, "sst2", sorted(it["idx"] for it in items), ctx.config["seed"])
+    meta = {"lm_eval": official.version(), **official.lm_facts(lm, ctx.inputs.model_dir, ctx.config)}
+    return two_paths.logged_samples(lm, items, results["samples"]["sst2"]), meta
+
+
 def run(ctx):
-    with ctx.stages.stage("select"):
-        rows = load_rows(ctx.data.parquet_path)
-        idx_list = select_items(ctx.config, ctx.split, len(rows))
-    records = [{"idx": idx, "rank": rank, "label": rows[idx]["label"]} for rank, idx in enumerate(idx_list)]
+    rows, c = load_rows(ctx.data.parquet_path), ctx.config
+    idx_list = select_items(c, ctx.split, len(rows))
+    items = [{"idx": i, "label": rows[i]["label"], "sentence": rows[i]["sentence"],
+              "prompt": c["sst2_prompt"].format(sentence=rows[i]["sentence"]),
+              "candidates": [c["target_delimiter"] + choice for choice in c["sst2_choices"]]} for i in idx_list]
+    template = hashlib.sha256(c["sst2_prompt"].encode("utf-8")).hexdigest()
+    call = two_paths.Call(items, lambda lm, part: official_part(ctx, lm, part), unit=two_paths.prompt_unit)
+    scored = two_paths.score_twice(ctx, {"": call}, template)
+    with ctx.stages.stage("compare"):
+        records, texts, _ = two_paths.compare_logged(ctx, TASK, items, scored)
     n_positive = sum(r["label"] == 1 for r in records)
-    summary = {"experiment": NAME, "split": ctx.split, "n_items": len(records), "n_positive": n_positive}
+    summary = {"experiment": NAME, "split": ctx.split, "n_items": len(records), "n_positive": n_positive,
+               "agreement": two_paths.agreement(records)}
     return Result(config=config_head(ctx, NAME, len(rows), idx_list), records=records, summary=summary,
-                  headline=f"{n_positive} of {len(records)} labels positive", token_stats={},
-                  prompt_template_sha256=hashlib.sha256(b"").hexdigest())
+                  headline=f"{n_positive} of {len(records)} labels positive, both paths agree",
+                  token_stats=two_paths.candidate_token_stats(records), private={"texts.jsonl": jsonl(texts)},
+                  prompt_template_sha256=template)
 '''
 
-TOY_RULE = '''"""toy: the selection recomputed, the label count recomputed from the records."""
-from evidence_audit.definitions import is_int
-from evidence_audit.reading import sha256_text
-from evidence_audit.shared import (RecordShape, environment_check, hash_selection, hash_selection_problems,
-                                   identity_problems, model_problems, rank_order_problems, record_shape_check,
-                                   required_files, run_levels, split_problems, stages_check, summary_check)
+TOY_RULE = '''"""toy: the selection, the label count and the largest score difference recomputed from the records."""
+from evidence_audit.shared import (environment_check, hash_selection, hash_selection_problems, model_problems,
+                                   rank_order_problems, required_files, run_levels, split_problems, stages_check,
+                                   summary_check)
 
 A = "arithmetic"
-SHAPE = RecordShape(fields={"idx": is_int, "rank": is_int, "label": is_int})
 
 
 def audit_label_count(C, name, out, levels, cache):
-    return run_levels(C, name, out, levels, cache, arithmetic, identity, no_forward="the toy scores nothing")
+    return run_levels(C, name, out, levels, cache, arithmetic, identity, no_forward="the toy has no forward rule")
 
 
 def arithmetic(C, name, ev):
@@ -220,21 +239,18 @@ def arithmetic(C, name, ev):
     split = split_problems(bad, name, cfg)
     hash_selection_problems(bad, cfg)
     model_problems(bad, cfg)
-    if ev["identity"] is not None:
-        identity_problems(bad, name, cfg, ev["identity"], sha256_text(""))
     C.add(name, A, "config consistency", 1, bad)
     environment_check(C, name, ev)
     records = ev["records"]
-    if not record_shape_check(C, name, records, SHAPE, lambda i, r: f"idx {r.get('idx', '?')}"):
-        return None
     want, why, settings = hash_selection(cfg)
-    bad = [why] if want is None else rank_order_problems([r["idx"] for r in records], want, settings)
-    bad += [f"idx {r['idx']} rank: {r['rank']}, at position {i}" for i, r in enumerate(records) if r["rank"] != i]
-    C.add(name, A, "item selection", len(records), bad)
+    C.add(name, A, "item selection", len(records),
+          [why] if want is None else rank_order_problems([r["idx"] for r in records], want, settings))
+    diffs = [d for r in records for d in r["abs_diff"]]
     expected = {"experiment": name, "split": split, "n_items": len(records),
-                "n_positive": sum(r["label"] == 1 for r in records)}
+                "n_positive": sum(r["label"] == 1 for r in records),
+                "agreement": {**ev["summary"]["agreement"], "max_abs_diff": max(diffs, default=0.0)}}
     summary_check(C, name, ev, expected, "summary.json values", len(records))
-    stages_check(C, name, ev, {}, len(records))
+    stages_check(C, name, ev, None, len(records))
     return records
 
 
@@ -252,7 +268,7 @@ def render(exp_dir, summary):
     return kv_table([("items", summary["n_items"]), ("positive labels", summary["n_positive"])], "toy-counts")
 '''
 
-TOY_LINE = '    declare("label_count", ("shared",)),\n'
+TOY_LINE = '    declare("label_count", ("shared", "protocol"), private_files=("texts.jsonl",)),\n'
 
 
 def repository_copy(dest):
