@@ -29,6 +29,9 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
         raise Unreadable(f"{out}: a symlink; audit the evidence directory itself, not a link to it")
     if not out.is_dir():
         raise Unreadable(f"{out}: no such evidence directory; run: python run.py --cache CACHE --out {out}")
+    lm_eval_output = lm_eval_output_hint(out)
+    if lm_eval_output:
+        raise Unreadable(lm_eval_output)
     check_formats(out)      # evidence of a format the rules were not written for is refused before any row
     C = Checks(options)
     sealed = manifest_check(C, out, public_only)
@@ -71,6 +74,29 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
     if C.headline_notes:      # on the RESULT line, where a reader looks first
         report["headline_note"] = "; ".join(C.headline_notes)
     return report
+
+
+def lm_eval_output_hint(out, most=1000):
+    """The line for an lm-eval output directory given without --lm-eval (results_*.json in it or in a model
+    subdirectory one level down, and no MANIFEST.json), or None. At most `most` entries are looked at."""
+    if (out / "MANIFEST.json").exists():
+        return None
+    seen = 0
+    for entry in out.iterdir():
+        seen += 1
+        if seen > most:
+            return None
+        if entry.is_file() and entry.name.startswith("results_") and entry.suffix == ".json":
+            found = entry
+        elif entry.is_dir() and not entry.is_symlink() and entry.name != "private":
+            found = next((p for _, p in zip(range(most), entry.iterdir())
+                          if p.name.startswith("results_") and p.suffix == ".json"), None)
+        else:
+            found = None
+        if found is not None:
+            return (f"{out}: lm-eval output ({found.relative_to(out)}), not run.py evidence: audit it with "
+                    f"python audit.py --lm-eval {out}")
+    return None
 
 
 def stray_evidence(C, out, experiments, only):

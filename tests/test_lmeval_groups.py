@@ -378,3 +378,13 @@ def test_builtin_sum_matches_python_3_12_and_3_13_when_installed():
                               "json.load(sys.stdin)]))"], input=json.dumps(cases), capture_output=True, text=True,
                              check=True).stdout
         assert json.loads(out) == [repr(metrics.builtin_sum(c, True)) for c in cases], (py, sys.version)
+
+
+@pytest.mark.parametrize("level", ["run", "model"])
+def test_lm_eval_output_audited_without_lm_eval_points_to_the_flag(capsys, level):
+    """`audit.py RUN` on lm-eval output (no --lm-eval) says what the directory is and the command to run, on one
+    line, exit 2; not "no evidence_format"."""
+    run = FIXTURE if level == "run" else FIXTURE / "tiny-llama"
+    assert main([str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lm-eval output (" in err[0] and f"audit.py --lm-eval {run}" in err[0], err
