@@ -120,7 +120,7 @@ def first_failure(report):
 AUDIT_FORMAT = 1     # the version of the report dict both front-ends write (audit.json)
 
 
-def headline(report):
+def headline(report, hint="pass --cache with the prepared cache"):
     """The verdict line's word (report["result"]) and the exit code. A PASS must not hide evidence that was not
     checked: private evidence that O/private/ lacks (every experiment present writes some; the manifest's list is
     not trusted for it) never gives a bare PASS — INCOMPLETE, exit 1, unless the reader passed --public-only, which
@@ -136,7 +136,7 @@ def headline(report):
     elif report["n_skipped_requested"]:
         report["exit_code"] = 1
         report["result"] = (f"INCOMPLETE: {report['n_skipped_requested']} requested check(s) could not run here "
-                            "(SKIPPED above, with the reason: e.g. pass --cache with the prepared cache)")
+                            f"(SKIPPED above, with the reason: e.g. {hint})")
     elif absent:
         report["result"] = "PASS (public evidence only; identity and forward levels not run)"
     else:

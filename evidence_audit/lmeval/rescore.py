@@ -377,6 +377,11 @@ def task_ids(samples, encode):
     return out, bad, not_prefix
 
 
+def missing_model(tok_path):
+    """Why the tokenizer is not there, for a SKIPPED row: no --model given, or the file the directory lacks."""
+    return "no --model given" if tok_path is None else f"{tok_path} not found"
+
+
 def boundary_rows(C, t, model_dir, top):
     """Row BOUNDARIES; returns {(doc_id, request index): (context ids, continuation ids)} for the forward level,
     or None (after a SKIPPED row) when there is no tokenizer or the task has no loglikelihood requests."""
@@ -387,7 +392,7 @@ def boundary_rows(C, t, model_dir, top):
         check_model_dir(model_dir)      # a hostile directory: one line, exit 2, before anything of it loads
     tok_path = Path(model_dir) / "tokenizer.json" if model_dir else None
     if tok_path is None or not tok_path.exists():
-        C.skip(t.label, IDENTITY, BOUNDARIES, f"needs --model DIR with tokenizer.json (found {tok_path})")
+        C.skip(t.label, IDENTITY, BOUNDARIES, f"needs --model DIR with tokenizer.json ({missing_model(tok_path)})")
         return None
     tok = tokens.load_tokenizer(tok_path)
     encode, why = run_encoder(tok, t, top, model_dir)
@@ -891,7 +896,7 @@ def rolling_rows(C, t, model_dir, top, sample_n, device):
         return None
     tok_path, max_len = Path(model_dir) / "tokenizer.json", top.get("max_length")
     if not tok_path.is_file():
-        C.skip(t.label, FORWARD, check, f"needs --model DIR with tokenizer.json (found {tok_path})")
+        C.skip(t.label, FORWARD, check, f"needs --model DIR with tokenizer.json ({missing_model(tok_path)})")
         return None
     if not (isinstance(max_len, int) and not isinstance(max_len, bool) and 1 <= max_len <= 1 << 24):
         C.skip(t.label, FORWARD, check, f"the results' max_length is {str(max_len)[:40]}: lm-eval's window size "
