@@ -50,14 +50,14 @@ def child(args):
     """Score the requests in one process, as its environment's kernels give them; print the scores as JSON."""
     sys.path.insert(0, str(REPO))
     import torch
-    from evidence_audit import forward
+    from evidence_audit import forward, hflm
     from evidence_audit.lmeval import rescore
     torch.set_num_threads(args.threads)
     reqs = [tuple(r) for r in json.loads(Path(args.requests).read_text())]
     scorer, why = forward.load_scorer(args.model, args.dtype, "sdpa")
     if scorer is None:
         raise SystemExit(why)
-    got = rescore.score_requests(scorer.logits, reqs, args.batch_size, None)
+    got = hflm.score_requests(scorer.logits, reqs, args.batch_size, None)
     print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "scores": [g[0] for g in got]}))
 
 
