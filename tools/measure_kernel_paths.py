@@ -51,7 +51,6 @@ def child(args):
     sys.path.insert(0, str(REPO))
     import torch
     from evidence_audit import forward, hflm
-    from evidence_audit.lmeval import rescore
     torch.set_num_threads(args.threads)
     reqs = [tuple(r) for r in json.loads(Path(args.requests).read_text())]
     scorer, why = forward.load_scorer(args.model, args.dtype, "sdpa")
