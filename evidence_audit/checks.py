@@ -120,7 +120,7 @@ def first_failure(report):
 AUDIT_FORMAT = 1     # the version of the report dict both front-ends write (audit.json)
 
 
-def headline(report, hint="pass --cache with the prepared cache"):
+def headline(report):
     """The verdict line's word (report["result"]) and the exit code. A PASS must not hide evidence that was not
     checked: private evidence that O/private/ lacks (every experiment present writes some; the manifest's list is
     not trusted for it) never gives a bare PASS — INCOMPLETE, exit 1, unless the reader passed --public-only, which
@@ -135,8 +135,10 @@ def headline(report, hint="pass --cache with the prepared cache"):
                             "--public-only to audit published evidence without it")
     elif report["n_skipped_requested"]:
         report["exit_code"] = 1
+        first = next(r for r in report["checks"] if r["status"] == "SKIPPED" and r.get("requested", True))
         report["result"] = (f"INCOMPLETE: {report['n_skipped_requested']} requested check(s) could not run here "
-                            f"(SKIPPED above, with the reason: e.g. {hint})")
+                            f"(SKIPPED above, each with its reason; the first: {first['experiment']} "
+                            f"{first['level']}: {first['note'][:160]})")
     elif absent:
         report["result"] = "PASS (public evidence only; identity and forward levels not run)"
     else:

@@ -392,11 +392,12 @@ def test_lm_eval_output_audited_without_lm_eval_points_to_the_flag(capsys, level
 
 def test_a_requested_level_without_model_names_the_lm_eval_flags(tmp_path):
     """--lm-eval --tokens with no --model: the rows say no --model was given (not "found None") and the INCOMPLETE
-    verdict points to --model and --data, not to run.py's --cache."""
+    verdict names the first reason (here --data), not run.py's --cache."""
     code, report = audit(tmp_path, FIXTURE, "--tokens")
     assert code == 1
     notes = [r["note"] for r in report["checks"] if r["status"] == "SKIPPED" and r.get("requested", True)]
     assert notes and all("None" not in n for n in notes), notes
     assert any("no --model given" in n for n in notes), notes
-    assert report["result"].startswith("INCOMPLETE") and "pass --model DIR, --data FILE" in report["result"]
+    assert report["result"].startswith("INCOMPLETE") and "the first: fx_bin identity: needs --data FILE" in \
+        report["result"], report["result"]
     assert "--cache" not in report["result"], report["result"]

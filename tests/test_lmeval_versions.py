@@ -318,9 +318,15 @@ def test_the_audit_passes_every_release_at_arithmetic_and_identity_level(version
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_forward_level_re_scores_every_release(version, tmp_path):
     """Every loglikelihood re-scored on the release's own saved model (0.4.13's config.json is transformers 5's, with
-    the rotary base under rope_parameters): PASS, the scores within float32's tolerance of the logged ones."""
+    the rotary base under rope_parameters): the scores within float32's tolerance of the logged ones. The run's
+    generate task is not re-generated, and the forward level was asked for: INCOMPLETE (exit 1), never PASS, with
+    that row the only requested check that could not run."""
     code, report = audit(tmp_path, FIXTURES / version / "run", "--forward", *identity_args(version)[1:])
-    assert code == 0 and report["result"].startswith("PASS"), [r for r in report["checks"] if r["status"] != "PASS"]
+    assert code == 1 and report["result"].startswith("INCOMPLETE: 1 requested check"), report["result"]
+    assert report["n_fail"] == 0, [r for r in report["checks"] if r["status"] == "FAIL"]
+    unrun = [r for r in report["checks"] if r["status"] == "SKIPPED" and r.get("requested", True)]
+    assert [(r["experiment"], r["level"]) for r in unrun] == [("versions_gen", "forward")], unrun
+    assert "generations are not re-generated" in unrun[0]["note"]
     rescored = [r for r in report["checks"] if r["level"] == "forward" and r["check"].startswith("loglikelihoods")
                 and r["experiment"] != "versions_gen"]                   # a generate task: nothing to re-score
     assert {r["experiment"] for r in rescored} == {"versions_mc", "versions_mi"}
@@ -581,3 +587,34 @@ def test_acc_bytes_in_a_release_without_it_is_not_its_output(tmp_path):
     assert failures(report, "per-sample metrics") == [
         "doc_id 0 (line 1, filter none) acc_bytes: lm-eval 0.4.9.1 has no such metric (it came with 0.4.9.2): not "
         "this release's output"]
+
+
+def test_a_task_with_process_docs_is_not_failed_for_logging_the_processed_doc(tmp_path):
+    """lm-eval logs process_docs(row) (hellaswag adds a "query" field): the audit does not run task code, so the
+    docs-vs-data row is SKIPPED naming process_docs, and the requested identity level makes the verdict INCOMPLETE,
+    never FAIL (an honest run) nor PASS (a check asked for did not run). The run is made consistent the way lm-eval
+    would have written it: doc_hash and task_hashes follow the processed docs."""
+    from evidence_audit.lmeval.docs import doc_hash
+    from evidence_audit.reading import sha256_text
+
+    run = copy_run("0.4.9.2", tmp_path)
+    samples_path = one(run, "samples_versions_mc_*.jsonl")
+
+    def processed(lines):
+        for s in lines:
+            s["doc"]["query"] = f"Processed: {s['doc_id']}"
+            s["doc_hash"] = doc_hash(s["doc"])
+        processed.whole = sha256_text("".join(s["doc_hash"] + s["prompt_hash"] + s["target_hash"] for s in lines))
+
+    rewrite(samples_path, processed)
+
+    def declared(results):
+        results["configs"]["versions_mc"]["process_docs"] = "<function process_docs at 0x7f3a2c1e0d30>"
+        results["task_hashes"]["versions_mc"] = processed.whole
+
+    rewrite(one(run, "results_*.json"), declared)
+    code, report = audit(tmp_path, run, *identity_args("0.4.9.2", ["versions_mc"]))
+    assert report["n_fail"] == 0, [r for r in report["checks"] if r["status"] == "FAIL"]
+    assert code == 1 and report["result"].startswith("INCOMPLETE"), report["result"]
+    row = next(r for r in report["checks"] if r["check"].startswith("each logged doc == the data row"))
+    assert row["status"] == "SKIPPED" and row.get("requested", True) and "process_docs is set" in row["note"], row

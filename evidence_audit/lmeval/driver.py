@@ -75,7 +75,7 @@ def audit_task(C, t, res, levels, opts):
 def verdict(report, rows):
     """headline's verdict, then INCOMPLETE instead of FAIL when every failure is a check the audit could not do
     (the exit code stays 1: such a run never PASSes)."""
-    headline(report, hint="pass --model DIR, --data FILE")
+    headline(report)
     failed = [r for r in rows if r["status"] == "FAIL"]
     if failed and all(f.startswith("INCOMPLETE: ") for r in failed for f in r["failures"]):
         report["result"] = f"INCOMPLETE: {len(failed)} requested check(s) could not run (see their rows)"

@@ -23,6 +23,7 @@ from evidence_audit.lmeval.task import group_of
 from evidence_audit.model_files import check_model_dir
 from evidence_audit.reading import sha256_text
 
+DOCS_CHECK = "each logged doc == the data row at its doc_id (and its doc_hash)"
 TARGET_CHECK = "target re-rendered from doc_to_target"
 PROMPT_CHECK = "prompt re-rendered from the config (description, few-shot examples, doc_to_text; sandboxed Jinja)"
 CHAT_CHECK = "chat template and system instruction (results vs --model's tokenizer; their sha256)"
@@ -40,8 +41,7 @@ def data_rows(C, t, rows, typed, data_path):
         if typed:
             expect(bad, s.where, "doc_hash", s.raw["doc_hash"], doc_hash(rows[s.doc_id]),
                    f"recomputed from data row {s.doc_id}")
-    C.add(t.label, IDENTITY, "each logged doc == the data row at its doc_id (and its doc_hash)", len(t.samples), bad,
-          note=str(data_path))
+    C.add(t.label, IDENTITY, DOCS_CHECK, len(t.samples), bad, note=str(data_path))
     check = "limit vs question groups (data)"
     if not t.grouped():
         C.skip(t.label, IDENTITY, check, "documents are not parts of (sentence, question) groups", requested=False)
@@ -239,8 +239,13 @@ def identity_rows(C, t, top, data, fewshot, loaded, model=None):
     {path: (rows, typed)} (one file may serve several tasks) and chat templates; `model`: --model DIR (or None),
     whose tokenizer's chat template renders a chat run's contexts."""
     if data is None:
-        C.skip(t.label, IDENTITY, "each logged doc == the data row at its doc_id (and its doc_hash)",
+        C.skip(t.label, IDENTITY, DOCS_CHECK,
                "needs --data FILE (a local copy of the evaluated split): mislabelled samples NOT checked")
+    elif t.config.get("process_docs") is not None:
+        # lm-eval logs process_docs(row), code of the task the audit does not run: a raw row cannot decide it
+        C.skip(t.label, IDENTITY, DOCS_CHECK,
+               f"process_docs is set ({short(t.config['process_docs'], 60)}: task code the audit does not run): "
+               "each logged doc is process_docs(row), not the row; mislabelled samples NOT checked")
     else:
         if data not in loaded:
             loaded[data] = load_rows(data)

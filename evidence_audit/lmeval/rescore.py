@@ -720,8 +720,9 @@ def forward_rows(C, t, model_dir, top, ids, sample_n, device=None):
     if t.output_type == ROLLING:
         return rolling_rows(C, t, model_dir, top, sample_n, device)
     if t.output_type not in LOGLIKELIHOOD:
-        C.skip(t.label, FORWARD, RESCORED, f"output_type {t.output_type}: generations are not re-run "
-                                           "(only loglikelihood requests are)", requested=False)
+        # a level the user asked for that did not look at the run's numbers: never part of a PASS
+        C.skip(t.label, FORWARD, RESCORED, f"output_type {t.output_type}: generations are not re-generated "
+                                           "(only loglikelihood requests are re-scored): NOT checked")
         return None
     if ids is None:
         C.skip(t.label, FORWARD, RESCORED, "needs the identity level's token boundaries (--model DIR with its "
