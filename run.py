@@ -53,7 +53,7 @@ from experiments import EXPERIMENTS, launch, parallel, result_cache
 from experiments.context import Context, Data, Inputs, Options
 from experiments.evidence import (MARKER, IdentityMismatch, ScoringError, Stages, environment, evidence_entries,
                                   existing_ancestor, new_run_id, probe_writable, read_marker, refuse_if_locked,
-                                  remove_marker, set_aside, sweep_claimed, take_out_lock, temp_dir_name,
+                                  remove_marker, set_aside, still_running, sweep_claimed, take_out_lock, temp_dir_name,
                                   unclaimed_entries, write_json, write_jsonl, write_manifest, write_marker)
 from experiments.runlog import LibraryChatter, ending_of
 from harness.hf_model import ModelLoadError
@@ -621,6 +621,8 @@ def check_out(args, experiment_names):
     nearest existing parent) that does not take a small probe file: read-only, not writable, or a full disk.
     Nothing is created or deleted here."""
     out = Path(args.out)
+    if out.is_symlink():        # a second spelling of a directory: its lock and its sweep would be another run's
+        raise ResourceError(f"--out {out}: a symbolic link (to {os.path.realpath(out)}); name the directory itself")
     if out.exists() and not out.is_dir():
         raise ResourceError(f"--out {out}: exists and is not a directory; name a directory for the evidence")
     if out.is_dir():
@@ -672,6 +674,10 @@ def setup_out(args, experiment_names, run_id):
             print(f"--replace: the earlier evidence in {out} was moved to {set_aside(out)}")
         elif out.is_dir():
             marker = read_marker(out)
+            if marker and still_running(marker):    # the lock says it is gone; a live run.py of that pid says not
+                raise ResourceError(f"--out {out}: {MARKER} names run {marker['run_id']}, pid {marker['pid']} on this "
+                                    "host, which is still running run.py; nothing was removed: wait for it to "
+                                    "finish, or name another --out")
             if marker:
                 ended = ending_of(out / "run.log", marker["run_id"])     # read before the sweep removes it
                 removed = sweep_claimed(out, marker)

@@ -262,7 +262,8 @@ class OutLock:
 
 
 def lock_path(out):
-    p = Path(os.path.abspath(out))
+    """<O>.lock beside the real directory: two spellings of one O (a symlinked parent, "a/../O") share one lock."""
+    p = Path(os.path.realpath(out))
     return p.with_name(p.name + ".lock")
 
 
@@ -294,11 +295,13 @@ def lock_info(fd):
 
 
 def lock_holder(fd):
-    """'pid N on HOST since T' as the holder wrote it into its lock file."""
+    """'another run.py (pid N on HOST since T)' as the holder wrote it into its lock file, or what is known when it
+    wrote nothing run.py writes (it may be run.py that has not written it yet, or another program)."""
     info = lock_info(fd)
     if not info:
-        return "pid unknown: it has not written its lock file yet"
-    return f"pid {info['pid']} on {info['host'][:100]} since {info['since'][:40]}"
+        return ("a process that wrote no run.py lock record into it (pid unknown: a run.py that has not written it "
+                "yet, or another program)")
+    return f"another run.py (pid {info['pid']} on {info['host'][:100]} since {info['since'][:40]})"
 
 
 def refuse_if_locked(out):
@@ -321,8 +324,15 @@ def refuse_if_locked(out):
 def raise_locked(out, path, holder):
     from resources import ResourceError
 
-    raise ResourceError(f"--out {out}: another run.py ({holder}) is writing it and holds {path}; one run per output "
-                        "directory at a time: wait for it to finish, or name another --out")
+    raise ResourceError(f"--out {out}: {holder} holds {path}; one run per output directory at a time: wait for it "
+                        "to finish, or name another --out")
+
+
+def raise_not_a_lock(out, path):
+    from resources import ResourceError
+
+    raise ResourceError(f"--out {out}: {path} exists and is not a lock file run.py writes; it was left as it is: "
+                        "move it, or name another --out")
 
 
 def take_out_lock(out):
@@ -334,7 +344,10 @@ def take_out_lock(out):
     path.parent.mkdir(parents=True, exist_ok=True)
     tries = 0
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:                            # whether this process made the file: an empty one it did not make is not ours
+            fd, created = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), True
+        except FileExistsError:
+            fd, created = os.open(path, os.O_RDWR | os.O_NOFOLLOW), False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -345,15 +358,19 @@ def take_out_lock(out):
                 time.sleep(0.05)
                 continue
             raise_locked(out, path, holder)
-        if same_file(path, fd):         # else the holder released (unlinked) it between our open and flock: again
+        if not same_file(path, fd):     # the holder released (unlinked) it between our open and flock: again
+            os.close(fd)
+            continue
+        if created or lock_info(fd) != {}:
             break
-        os.close(fd)
+        os.close(fd)                    # empty, not ours, nobody holds it: a run that is about to write it, or a
+        tries += 1                      # user's own empty file, which is left alone
+        if tries >= 20:
+            raise_not_a_lock(out, path)
+        time.sleep(0.05)
     if lock_info(fd) is None:           # somebody's own file of that name: neither overwritten nor removed
         os.close(fd)
-        from resources import ResourceError
-
-        raise ResourceError(f"--out {out}: {path} exists and is not a lock file run.py writes; it was left as it is: "
-                            "move it, or name another --out")
+        raise_not_a_lock(out, path)
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps({"format": LOCK_FORMAT, "pid": os.getpid(), "host": platform.node(),
                               "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode(), 0)
@@ -368,6 +385,18 @@ def take_out_lock(out):
 # every entry of O is one of them; anything else makes the run refuse O with nothing deleted.
 
 MARKER = ".run-in-progress"
+
+
+def still_running(marker):
+    """True when the marker's run.py process is alive on this host (its pid runs a command line naming run.py): a
+    second check beside the lock before anything of that run is removed."""
+    if marker.get("host") != platform.node() or marker.get("pid") == os.getpid():
+        return False
+    try:
+        with open(f"/proc/{int(marker['pid'])}/cmdline", "rb") as f:
+            return b"run.py" in f.read(1 << 16)
+    except (OSError, ValueError, TypeError):
+        return False
 MARKER_FORMAT = "run-in-progress/v1"
 MARKER_MAX_BYTES = 1 << 20
 FIXED_CLAIMS = ("run.log", "private", "report.html", "environment.json", MANIFEST_NAME, "SHARD.json")

@@ -367,3 +367,69 @@ def test_a_users_file_named_like_the_lock_is_neither_overwritten_nor_deleted(fak
     assert code == 2 and "o.lock" in err and "not a lock file run.py writes" in err, err
     assert len(err.strip().splitlines()) == 1 and (tmp_path / "o.lock").read_text() == "my notes about o\n"
     assert not (tmp_path / "o").exists()
+
+
+def test_an_empty_file_named_like_the_lock_is_a_users_and_is_left(fake_run, tmp_path, capsys):
+    """An empty <O>.lock that run.py did not create (a user's placeholder) is refused and kept, not taken over and
+    deleted at the end of the run."""
+    (tmp_path / "o.lock").write_text("")
+    code, _, err = fake_run(["--out", str(tmp_path / "o")], two(), capsys)
+    assert code == 2 and "not a lock file run.py writes" in err, err
+    assert (tmp_path / "o.lock").exists() and (tmp_path / "o.lock").read_text() == ""
+
+
+def test_a_symlinked_out_is_refused_and_nothing_of_its_target_is_touched(fake_run, tmp_path, capsys):
+    """--out L where L -> O: a second spelling of O would take another lock and sweep a live run's files; refused on
+    one line, O and L as they were (a --replace through L would have renamed the link)."""
+    real = tmp_path / "o"
+    real.mkdir()
+    (real / "notes.txt").write_text("mine\n")
+    link = tmp_path / "l"
+    link.symlink_to(real)
+    for extra in ([], ["--replace"]):
+        code, _, err = fake_run(["--out", str(link), *extra], two(), capsys)
+        assert code == 2 and "a symbolic link" in err and len(err.strip().splitlines()) == 1, err
+        assert link.is_symlink() and (real / "notes.txt").read_text() == "mine\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["l", "o"]
+
+
+def test_two_spellings_through_a_symlinked_parent_share_one_lock(tmp_path):
+    """P -> base: --out base/o and --out P/o are one directory and take one lock: the second refuses, naming the
+    first's pid."""
+    from experiments.evidence import take_out_lock
+    from resources import ResourceError
+
+    base = tmp_path / "base"
+    base.mkdir()
+    (tmp_path / "p").symlink_to(base)
+    held = take_out_lock(base / "o")
+    try:
+        with pytest.raises(ResourceError, match=f"another run.py \\(pid {os.getpid()} "):
+            take_out_lock(tmp_path / "p" / "o")
+    finally:
+        held.release()
+
+
+def test_a_marker_of_a_live_run_py_is_never_swept(tmp_path):
+    """O/.run-in-progress naming a pid of this host that still runs run.py (the lock bypassed, e.g. by another
+    spelling of O): the sweep refuses and removes nothing."""
+    import platform
+
+    import run as run_py
+    from resources import ResourceError
+
+    out = tmp_path / "o"
+    out.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "run.py"])
+    try:
+        (out / ".run-in-progress").write_text(json.dumps({
+            "format": "run-in-progress/v1", "run_id": "a" * 32, "pid": live.pid, "host": platform.node(),
+            "started_utc": "2026-12-07T00:00:00Z", "claims": ["protocol", "run.log"]}))
+        (out / "run.log").write_text("the live run's log\n")
+        args = run_py.parse_args(["--cache", str(tmp_path), "--out", str(out)])
+        with pytest.raises(ResourceError, match=f"pid {live.pid} on this host, which is still running run.py"):
+            run_py.setup_out(args, ["protocol"], "b" * 32)
+        assert (out / "run.log").read_text() == "the live run's log\n" and (out / ".run-in-progress").exists()
+    finally:
+        live.kill()
+        live.wait()
