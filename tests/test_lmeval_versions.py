@@ -618,3 +618,18 @@ def test_a_task_with_process_docs_is_not_failed_for_logging_the_processed_doc(tm
     assert code == 1 and report["result"].startswith("INCOMPLETE"), report["result"]
     row = next(r for r in report["checks"] if r["check"].startswith("each logged doc == the data row"))
     assert row["status"] == "SKIPPED" and row.get("requested", True) and "process_docs is set" in row["note"], row
+
+
+def test_a_part_of_a_split_presented_as_the_whole_split_fails_at_the_identity_level(tmp_path):
+    """n-samples.original says the split had 6 documents and limit is null, but the split given with --data has a
+    seventh: the run scored a part and calls it the whole split (a --limit run with its limit and original rewritten
+    reads the same). The identity level, which holds the split, names n-samples.original and both counts."""
+    data = tmp_path / "docs.jsonl"
+    rows = (FIXTURES / "0.4.9.2" / "data" / "docs.jsonl").read_text(encoding="utf-8")
+    data.write_text(rows + json.dumps({"question": "what colour is coal ?", "choices": ["black", "white", "red"],
+                                       "label": 0, "answer": "black"}) + "\n", encoding="utf-8")
+    args = ["--tokens", "--data", data, "--model", FIXTURES / "0.4.9.2" / MODEL_DIR, "--task", "versions_mc"]
+    code, report = audit(tmp_path, FIXTURES / "0.4.9.2" / "run", *args)
+    assert code == 1 and report["result"].startswith("FAIL"), report["result"]
+    assert failures(report, "each logged doc == the data row", "identity") == [
+        "n-samples original: recorded 6, recomputed 7 (the rows of docs.jsonl: the split the run says it evaluated)"]

@@ -41,6 +41,10 @@ def data_rows(C, t, rows, typed, data_path):
         if typed:
             expect(bad, s.where, "doc_hash", s.raw["doc_hash"], doc_hash(rows[s.doc_id]),
                    f"recomputed from data row {s.doc_id}")
+    # n-samples.original is the split's size as lm-eval loaded it: a --limit run relabelled as the whole split
+    # (limit null, original = the count logged) is caught here, where the split's rows are known
+    expect(bad, "n-samples", "original", t.n_samples["original"], len(rows),
+           f"the rows of {data_path.name}: the split the run says it evaluated")
     C.add(t.label, IDENTITY, DOCS_CHECK, len(t.samples), bad, note=str(data_path))
     check = "limit vs question groups (data)"
     if not t.grouped():
