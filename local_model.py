@@ -394,6 +394,10 @@ def check_weights(root, cfg, shards):
         header, data_bytes = read_header(path)
         spans = [(*tensor_entry(path, name, entry, data_bytes), name) for name, entry in header.items()]
         layouts.append((path, spans, data_bytes))
+        twice = sorted(set(header) & set(shapes))
+        if twice:       # which copy a loader takes is its own choice: the identity could not say which weights ran
+            raise ResourceError(f"{path}: tensor {twice[0]!r} is also in {shapes[twice[0]][1].name}; each tensor "
+                                "belongs in one shard")
         shapes.update({name: (entry["shape"], path) for name, entry in header.items()})
     for name, shape in sorted((expected_shapes(root, cfg) or {}).items()):
         found = shapes.get(name)

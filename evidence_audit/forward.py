@@ -253,7 +253,8 @@ def model_for_forward(C, name, ident, tokens, model_dir):
     beside it -- or None after SKIPPED rows for FORWARD_CHECKS saying why (no model, no verified token ids, no
     torch, a dtype or batch size it cannot read)."""
     st = Path(model_dir) / "model.safetensors" if model_dir else None
-    if st is None or not st.exists() or not (Path(model_dir) / "config.json").exists():
+    sharded = is_local(ident) and st is not None and (Path(model_dir) / "model.safetensors.index.json").exists()
+    if st is None or not (st.exists() or sharded) or not (Path(model_dir) / "config.json").exists():
         for check in ("model file",) + FORWARD_CHECKS:
             C.skip(name, FORWARD, check, f"model not found ({st}); pass --cache with the prepared cache")
         return None

@@ -18,7 +18,8 @@ def greedy_check(C, name, ident, records, tokens, model_dir):
     if tokens is None:
         C.skip(name, FORWARD, GREEDY, "needs verified prompt and generated ids from the identity level")
         return None
-    if weights is None or not weights.exists():
+    sharded = is_local(ident) and weights is not None and (Path(model_dir) / "model.safetensors.index.json").exists()
+    if weights is None or not (weights.exists() or sharded):
         C.skip(name, FORWARD, GREEDY, f"model not found ({weights}); pass --cache with the prepared cache")
         return None
     try:

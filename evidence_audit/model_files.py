@@ -327,6 +327,10 @@ def check_headers(root, cfg, shards):
         path = root / shard
         header, data_bytes = safetensors_header(path)
         layouts.append((path, sorted(tensor_span(path, k, e, data_bytes) for k, e in header.items()), data_bytes))
+        twice = sorted(set(header) & set(shapes))
+        if twice:       # which copy a loader takes is its own choice: the audit could not say which weights ran
+            raise Unreadable(f"{path}: tensor {twice[0]!r} is also in {shapes[twice[0]][1].name}; each tensor "
+                             "belongs in one shard")
         shapes.update({k: (e["shape"], path) for k, e in header.items()})
     for name, shape in sorted(llama_tensor_shapes(cfg).items()):
         found = shapes.get(name)

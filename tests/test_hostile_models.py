@@ -50,6 +50,25 @@ def clean_dir(tmp_path_factory):
     return build_llama(tmp_path_factory.mktemp("hostile") / "clean")
 
 
+def sharded_copy(clean_dir, d):
+    """A copy of the clean directory with its weights in two shards and an index naming them."""
+    shutil.copytree(clean_dir, d)
+    header, data = read_st(d / "model.safetensors")
+    names = sorted(k for k in header if k != "__metadata__")
+    half = len(names) // 2
+    for part, chosen in (("a", names[:half]), ("b", names[half:])):
+        sub, blob = {}, b""
+        for name in chosen:
+            begin, end = header[name]["data_offsets"]
+            sub[name] = {**header[name], "data_offsets": [len(blob), len(blob) + end - begin]}
+            blob += data[begin:end]
+        write_st(d / f"model-{part}.safetensors", sub, blob)
+    (d / "model.safetensors").unlink()
+    weight_map = {n: "model-a.safetensors" if n in names[:half] else "model-b.safetensors" for n in names}
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return d
+
+
 def read_st(path):
     """(header dict, data bytes) of a safetensors file."""
     raw = Path(path).read_bytes()
@@ -99,6 +118,27 @@ def pickle_beside_nested_decoy(d, outside):
              b"\0" * 4)
 
 
+def tensor_in_two_shards(d, outside):
+    """Two shards, the second also holding a (changed) copy of model.norm.weight: which copy loads is the loader's
+    choice, so the identity could not say which weights ran."""
+    header, data = read_st(d / "model.safetensors")
+    names = sorted(k for k in header if k != "__metadata__")
+    half = len(names) // 2
+    dup = "model.norm.weight"
+    parts = {"a": names[:half], "b": [n for n in names[half:] if n != dup] + [dup]}
+    parts["a"] = [n for n in parts["a"] if n != dup] + [dup]
+    for part, chosen in parts.items():
+        sub, blob = {}, b""
+        for name in chosen:
+            begin, end = header[name]["data_offsets"]
+            sub[name] = {**header[name], "data_offsets": [len(blob), len(blob) + end - begin]}
+            blob += data[begin:end] if part == "a" or name != dup else bytes(end - begin)
+        write_st(d / f"model-{part}.safetensors", sub, blob)
+    (d / "model.safetensors").unlink()
+    weight_map = {n: "model-a.safetensors" if n in parts["a"] else "model-b.safetensors" for n in names}
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
 def shape_lie(header):
     w = header["model.layers.0.mlp.up_proj.weight"]
     w["shape"] = w["shape"][::-1]            # same byte count, transposed
@@ -139,6 +179,7 @@ HOSTILE = {
                         "num_hidden_layers"),
     "truncated_tokenizer": (lambda d, o: truncate(d / "tokenizer.json"), "tokenizer.json"),
     "shape_lie": (lambda d, o: edit_header(d, shape_lie), "model.layers.0.mlp.up_proj.weight"),
+    "tensor_in_two_shards": (tensor_in_two_shards, "'model.norm.weight' is also in model-a.safetensors"),
     "dtype_lie": (lambda d, o: edit_header(d, dtype_lie), "model.norm.weight"),
     "offsets_beyond_file": (lambda d, o: edit_header(d, offsets_beyond), "beyond"),
     "huge_header": (huge_header, "header"),
@@ -199,21 +240,7 @@ def test_a_sharded_directory_inside_is_accepted_and_every_shard_is_in_the_identi
     """The index's shards are what the loader reads: they are hashed, so a shard's byte changes the identity."""
     import local_model
 
-    d = tmp_path / "sharded"
-    shutil.copytree(clean_dir, d)
-    header, data = read_st(d / "model.safetensors")
-    names = sorted(k for k in header if k != "__metadata__")
-    half = len(names) // 2
-    for part, chosen in (("a", names[:half]), ("b", names[half:])):
-        sub, blob = {}, b""
-        for name in chosen:
-            begin, end = header[name]["data_offsets"]
-            sub[name] = {**header[name], "data_offsets": [len(blob), len(blob) + end - begin]}
-            blob += data[begin:end]
-        write_st(d / f"model-{part}.safetensors", sub, blob)
-    (d / "model.safetensors").unlink()
-    weight_map = {n: "model-a.safetensors" if n in names[:half] else "model-b.safetensors" for n in names}
-    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    d = sharded_copy(clean_dir, tmp_path / "sharded")
     ident = local_model.local_identity(d)
     assert {"model-a.safetensors", "model-b.safetensors", "model.safetensors.index.json"} <= set(ident["files"])
     other = tmp_path / "other"
@@ -318,6 +345,20 @@ def test_run_py_refuses_each_hostile_directory_on_one_line(case, clean_dir, empt
     proc = run_cli("run.py", "--cache", empty_cache, "--out", tmp_path / "out", "--model", d,
                    "--experiment", "protocol", "--smoke", "--threads", "1")
     assert proc.returncode == 2 and one_line(proc.stderr) and HOSTILE[case][1] in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_sharded_model_directory_reaches_the_forward_verdict(clean_dir, tiny_cache, tmp_path):
+    """run.py accepts a sharded --model directory; the audit re-scores it from its shards (it used to look for
+    model.safetensors alone and never reach a forward verdict)."""
+    d = sharded_copy(clean_dir, tmp_path / "sharded")
+    out = tmp_path / "out"
+    proc = run_cli("run.py", "--cache", tiny_cache, "--out", out, "--model", d, "--experiment", "protocol", "--smoke",
+                   "--threads", "1")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = run_cli("audit.py", out, "--tokens", "--forward", "--cache", tiny_cache)
+    assert proc.returncode == 0 and "RESULT: PASS" in proc.stdout, proc.stdout[-3000:]
+    assert "model not found" not in proc.stdout
 
 
 # ---- fast: what transformers itself refuses, found before any experiment loads -----------------------------------
