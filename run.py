@@ -857,9 +857,15 @@ def interrupted_state(args, done, inputs, modules, configs, env, since):
     counts = cached_batches(path, identity_facts(inputs, modules[name], configs[name], env), since)
     if counts is None:
         return text + f" (its result cache {path} could not be read)"
-    total, scores, new = counts
-    return (text + f"; the result cache holds {total} forward batch(es) ({scores} candidate scores) of its "
-            f"identity, {new} stored by this run, which a rerun is served")
+    total, new, new_scores = counts
+    # only what this run stored is known to be this command's items: other batches of the identity may be another
+    # split's or another --limit's, which a rerun of this command does not ask for
+    if not new:
+        return (text + f"; it stored no forward batch before it stopped, so a rerun scores it from the start (the "
+                f"result cache holds {total} batch(es) of its identity from earlier runs, served only where a rerun "
+                "forms the same batches)")
+    return (text + f"; it stored {new} forward batch(es) ({new_scores} candidate scores) in the result cache, "
+            "which a rerun of the same command is served")
 
 
 def identity_facts(inputs, module, config_, env):
@@ -872,8 +878,8 @@ def identity_facts(inputs, module, config_, env):
 
 
 def cached_batches(path, facts, since):
-    """(forward batches, candidate scores, batches stored since `since`) the result cache holds under every run
-    identity that has `facts`, read-only; None when it cannot be read (absent: zeros)."""
+    """(forward batches, batches stored since `since`, their candidate scores) the result cache holds under every
+    run identity that has `facts`, read-only; None when it cannot be read (absent: zeros)."""
     if not Path(path).exists():
         return 0, 0, 0
     try:
@@ -884,10 +890,11 @@ def cached_batches(path, facts, since):
             if not shas:
                 return 0, 0, 0
             marks = ",".join("?" * len(shas))
-            total, scores, new = db.execute(
-                f"SELECT count(*), coalesce(sum(json_array_length(value)), 0), coalesce(sum(created >= ?), 0) "
-                f"FROM results WHERE run_sha IN ({marks})", (since, *shas)).fetchone()
-            return total, scores, new
+            total, new, new_scores = db.execute(
+                f"SELECT count(*), coalesce(sum(created >= ?), 0), "
+                f"coalesce(sum(CASE WHEN created >= ? THEN json_array_length(value) ELSE 0 END), 0) "
+                f"FROM results WHERE run_sha IN ({marks})", (since, since, *shas)).fetchone()
+            return total, new, new_scores
         finally:
             db.close()
     except (sqlite3.Error, ValueError, OSError):

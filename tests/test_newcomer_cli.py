@@ -317,10 +317,12 @@ def test_the_interrupt_line_counts_the_batches_the_result_cache_keeps(tmp_path):
     done = {"installed": [], "failed": [], "running": "protocol"}
     args = run.parse_args(["--cache", str(cache), "--out", str(tmp_path / "o")])
     state = run.interrupted_state(args, done, inputs, {"protocol": protocol}, {"protocol": cfg}, env, before)
-    assert state == ("installed: no experiment; protocol was scoring; the result cache holds 2 forward batch(es) "
-                     "(3 candidate scores) of its identity, 2 stored by this run, which a rerun is served")
+    assert state == ("installed: no experiment; protocol was scoring; it stored 2 forward batch(es) (3 candidate "
+                     "scores) in the result cache, which a rerun of the same command is served")
+    # batches of the same identity from an earlier run (another split, say) are not promised to this command's rerun
     later = run.interrupted_state(args, done, inputs, {"protocol": protocol}, {"protocol": cfg}, env, time.time() + 1)
-    assert "0 stored by this run" in later
+    assert "it stored no forward batch before it stopped, so a rerun scores it from the start" in later, later
+    assert "holds 2 batch(es) of its identity from earlier runs" in later, later
 
 
 # ---- 4. console truth ---------------------------------------------------------------------------------------------
