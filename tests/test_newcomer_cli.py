@@ -286,9 +286,15 @@ def test_ctrl_c_while_scoring_is_one_line_and_o_keeps_nothing_half_written(tiny_
     log = (out / "run.log").read_text()
     assert re.search(r"run\.py: run [0-9a-f]{32} ended: interrupted \(SIGINT\); no evidence installed\n$", log)
 
-    again = run_cli(*cmd[:-2], "--smoke")            # the next run into O names what it removes, and why
+    promised = re.search(r"it stored (\d+) forward batch\(es\) \((\d+) candidate scores\) in the result cache, "
+                         r"which a rerun of the same command is served", lines[0])
+    assert promised, lines[0]
+
+    again = run_cli(*cmd)                            # the same command: served what the line promised
     assert again.returncode == 0, again.stderr[-2000:]
-    swept = next(l for l in again.stdout.splitlines() if l.startswith("removed from"))
+    served = re.search(r"independent scores from the result cache: (\d+)/(\d+)", again.stdout)
+    assert served and int(served.group(1)) >= int(promised.group(2)), (lines[0], again.stdout[-1500:])
+    swept = next(l for l in again.stdout.splitlines() if l.startswith("removed from"))  # it names what it removes
     assert "run.log" in swept and "it ended (interrupted (SIGINT); no evidence installed) without a manifest" in swept
 
 
