@@ -253,7 +253,7 @@ def check_limit(args, modules):
         raise ResourceError(f"--limit {args.limit} refused: {', '.join(grouped)} documents are parts of a group (one "
                             f"per candidate answer of a question), so the first {args.limit} documents can cut a "
                             "question's candidates and make acc/F1/EM misleading; add --allow-partial-groups to "
-                            "accept it")
+                            "accept it, or name only the other experiments (--experiment NAME, repeatable)")
 
 
 def import_experiments(names, chatter):

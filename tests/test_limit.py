@@ -85,8 +85,9 @@ def test_check_limit_accepts_every_experiment_but_grouped_ones():
     mods = {n: SimpleNamespace(SUPPORTS_LIMIT=True) for n in LIMITED}
     run.check_limit(SimpleNamespace(limit=3, allow_partial_groups=False), mods)
     grouped = {**mods, "mctaco": SimpleNamespace(SUPPORTS_LIMIT=True, DOCUMENTS_ARE_GROUP_PARTS=True)}
-    with pytest.raises(ResourceError, match="parts of a group"):
+    with pytest.raises(ResourceError, match="parts of a group") as refused:      # the default run: every experiment
         run.check_limit(SimpleNamespace(limit=3, allow_partial_groups=False), grouped)
+    assert "--allow-partial-groups" in str(refused.value) and "--experiment NAME" in str(refused.value)
     with pytest.raises(ResourceError, match="not implemented for experiment.s. toy"):
         run.check_limit(SimpleNamespace(limit=3, allow_partial_groups=False), {**mods, "toy": SimpleNamespace()})
 
