@@ -152,9 +152,10 @@ LEVELS_SAY = ("levels: manifest = files added, removed or changed since the run 
 CHECK_WIDTH = 72      # the check column of the console table; audit.json holds every name in full
 
 
-def print_report(report, stream=sys.stdout, levels_say=LEVELS_SAY):
+def print_report(report, stream=None, levels_say=LEVELS_SAY):
     """One line per check group: experiment, level, check (cut with an ellipsis to CHECK_WIDTH), items, status,
     then the first failure (FAIL) or the note (SKIPPED, a forward-level figure, an upper-case warning)."""
+    stream = stream or sys.stdout       # looked up per call: a default bound at import would miss a redirection
     p = lambda s="": print(s, file=stream)  # noqa: E731
     p(f"audit of {report['evidence']} (levels requested: {', '.join(report['levels'])})")
     p(f"{'experiment':<10} {'level':<10} {'check':<{CHECK_WIDTH}} {'items':>5}  status")
@@ -172,7 +173,10 @@ def print_report(report, stream=sys.stdout, levels_say=LEVELS_SAY):
     verdict = report.get("result") or ("PASS" if report["exit_code"] == 0 else "FAIL")
     if report.get("headline_note"):
         verdict += f" ({report['headline_note'].upper()})"
-    p(f"RESULT: {verdict}: {report['n_pass']} passed, {report['n_fail']} failed, {report['n_skipped']} skipped "
+    undecided = report.get("n_incomplete", 0)       # FAIL rows whose every failure says the audit could not decide
+    failed = f"{report['n_fail'] - undecided} failed" + (f", {undecided} undecided (INCOMPLETE rows)" if undecided
+                                                         else "")
+    p(f"RESULT: {verdict}: {report['n_pass']} passed, {failed}, {report['n_skipped']} skipped "
       f"({report['n_skipped_requested']} of them requested but impossible here) -> exit {report['exit_code']}")
 
 

@@ -156,9 +156,12 @@ def test_the_forward_level_rescores_a_chat_run(tmp_path):
     assert [r["status"] for r in rows(report, "loglikelihoods re-scored", "forward")] == ["PASS", "PASS"]
 
 
-def test_a_chat_run_without_model_is_incomplete_never_pass(tmp_path):
+def test_a_chat_run_without_model_is_incomplete_never_pass(tmp_path, capsys):
     code, report = audit(tmp_path, FIX / "runs" / "chat", "--tokens", *SPLITS)
     assert code == 1 and report["result"].startswith("INCOMPLETE")
+    # the RESULT line counts those rows as undecided, not as failures of the run
+    result = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("RESULT: "))
+    assert f", 0 failed, {report['n_incomplete']} undecided (INCOMPLETE rows)," in result, result
     for r in rows(report, "prompt re-rendered") + rows(report, "chat template and system"):
         assert r["status"] == "FAIL" and r["first_failure"].startswith(
             "INCOMPLETE: the run applied a chat template (the results' chat_template): pass --model DIR")

@@ -79,6 +79,7 @@ def verdict(report, rows):
     failed = [r for r in rows if r["status"] == "FAIL"]
     if failed and all(f.startswith("INCOMPLETE: ") for r in failed for f in r["failures"]):
         report["result"] = f"INCOMPLETE: {len(failed)} requested check(s) could not run (see their rows)"
+        report["n_incomplete"] = len(failed)
     return report
 
 
