@@ -462,6 +462,9 @@ def read_data_file(path, schema=SST2):
         return schema.read_parquet(path)
     if path.suffix in (".tsv", ".txt"):
         return schema.read_tsv(path)
+    if path.suffix.lower() == ".csv":
+        raise ResourceError(f"{path}: a CSV file; save it as a TSV with the header sentence<TAB>label, or as a "
+                            "parquet, and name that file")
     raise ResourceError(f"{path}: expected {schema.file_kinds} file, found suffix {path.suffix!r}")
 
 
@@ -480,6 +483,9 @@ def sniff_schema(path):
         except (ValueError, OSError) as e:
             raise ResourceError(f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:120]})")
         return MCTACO if {"question", "answer"} <= names else SST2
+    if path.suffix.lower() == ".csv":
+        raise ResourceError(f"{path}: a CSV file; save it as a TSV with the header sentence<TAB>label (SST-2) or in "
+                            "the MC-TACO authors' TSV format, or as a parquet, and name that file")
     if path.suffix not in (".tsv", ".txt"):
         raise ResourceError(f"{path}: expected a .parquet or .tsv file, found suffix {path.suffix!r}")
     with open(path, "rb") as f:

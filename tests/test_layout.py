@@ -258,3 +258,14 @@ def test_nothing_imports_a_script():
                      else [])
             found += [f"{rel}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in scripts]
     assert not found, found
+
+
+def test_the_readme_names_the_experiments_in_the_order_they_run():
+    """The README's list and table of experiments follow registry.py's order, which run.py and the report follow."""
+    import registry
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"Under `smoke/`, per experiment \(([^:]*):", readme).group(1)
+    assert re.findall(r"`(\w+)`", listed) == list(registry.NAMES), listed
+    table = re.findall(r"^\| `(\w+)` \|", readme, flags=re.M)
+    assert table == list(registry.NAMES), table

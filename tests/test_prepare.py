@@ -605,3 +605,15 @@ def test_a_cache_that_is_a_file_or_on_a_full_disk_is_one_line(tmp_path, tmpfs):
     assert len(proc.stderr.strip().splitlines()) == 1 and "No space left on device" in proc.stderr
     assert not (mnt / "o" / "manifest.json").exists() or \
         "fixture-sentiment" not in (mnt / "o" / "manifest.json").read_text()
+
+
+def test_a_csv_data_file_is_told_how_to_save_it(tmp_path):
+    """A .csv (a spreadsheet export) gets the format to save it in, on one line, not a bare suffix complaint."""
+    from resources import ResourceError, read_data_file, sniff_schema
+
+    csv = tmp_path / "mine.csv"
+    csv.write_text("sentence,label\ngood film,1\n")
+    for read in (sniff_schema, read_data_file):
+        with pytest.raises(ResourceError) as e:
+            read(csv)
+        assert "save it as a TSV with the header sentence<TAB>label" in str(e.value) and "\n" not in str(e.value)
