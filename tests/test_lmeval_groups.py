@@ -401,3 +401,13 @@ def test_a_requested_level_without_model_names_the_lm_eval_flags(tmp_path):
     assert report["result"].startswith("INCOMPLETE") and "the first: fx_bin identity: needs --data FILE" in \
         report["result"], report["result"]
     assert "--cache" not in report["result"], report["result"]
+
+
+def test_a_directory_of_output_paths_names_the_ones_to_pass(tmp_path, capsys):
+    """runs/ holding runs/<name>/<model>/results_*.json is one level too high: the one-line refusal names each
+    output path found below it."""
+    runs = tmp_path / "runs"
+    shutil.copytree(FIXTURE, runs / "groups")
+    assert main(["--lm-eval", str(runs)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"one level further down are the output paths {runs / 'groups'}: pass one" in err[0], err

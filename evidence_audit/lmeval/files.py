@@ -69,9 +69,28 @@ def discover(run_dir):
                 if m and m.group(2) == run.date_id:
                     run.samples[m.group(1)] = d / name
     if not runs:
+        deeper = output_paths_below(run_dir)
+        hint = (f"; one level further down are the output paths {', '.join(deeper[:5])}: pass one of them"
+                if deeper else "")
         raise Unreadable(f"{run_dir}: no results_<date>.json in it or in a subdirectory; expected the output of "
-                         "`lm_eval ... --log_samples --output_path DIR` (lm-eval 0.4.5 to 0.4.13)")
+                         f"`lm_eval ... --log_samples --output_path DIR` (lm-eval 0.4.5 to 0.4.13){hint}")
     return runs
+
+
+def output_paths_below(run_dir, most=MAX_RUN_FILES):
+    """The subdirectories of RUN_DIR that are lm-eval output paths themselves (a results file in their model
+    subdirectory): RUN_DIR is then a directory of runs, e.g. runs/ holding runs/sst2/<model>/. Bounded, no symlink."""
+    found, seen = [], 0
+    for d in candidate_dirs(run_dir)[1:]:
+        for sub in sorted(p for p in d.iterdir() if p.is_dir() and not p.is_symlink()):
+            names = [p.name for _, p in zip(range(most), sub.iterdir())]
+            seen += len(names)
+            if seen > most:
+                return found
+            if any(RESULTS_RE.fullmatch(n) for n in names):
+                found.append(str(d))
+                break
+    return found
 
 
 def orphan_samples(run_dir, runs):
