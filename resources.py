@@ -581,8 +581,25 @@ def prepared_manifest(cache):
     """The cache's manifest, or ResourceError naming the command that prepares one."""
     cache = Path(cache)
     if not (cache / MANIFEST).exists():
+        near = [p for p in similar_siblings(cache) if (p / MANIFEST).is_file()]
+        if not cache.exists() and near:        # a typo of a prepared cache: not a reason to prepare another
+            raise ResourceError(f"{cache}: no such directory; did you mean --cache {near[0]} (a prepared cache)?")
         raise ResourceError(f"{cache / MANIFEST}: no prepared cache here; run: python prepare.py --cache {cache}")
     return load_manifest(cache)
+
+
+def similar_siblings(path, most=1000):
+    """Existing directories beside `path` whose names are close to its name (a typo's likely meaning), closest
+    first; at most `most` entries of the parent are looked at."""
+    import difflib
+
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        names = [p.name for _, p in zip(range(most), parent.iterdir()) if p.is_dir()]
+    except OSError:
+        return []
+    return [parent / n for n in difflib.get_close_matches(path.name, names, n=3, cutoff=0.6) if n != path.name]
 
 
 def verified_data_and_lock(cache, data_id, manifest=None):

@@ -28,6 +28,9 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
     if out.is_symlink():
         raise Unreadable(f"{out}: a symlink; audit the evidence directory itself, not a link to it")
     if not out.is_dir():
+        near = evidence_beside(out) if not out.exists() else None
+        if near:            # a typo of a run's directory: not a reason to make another run
+            raise Unreadable(f"{out}: no such evidence directory; did you mean {near} (it holds a run's MANIFEST.json)?")
         raise Unreadable(f"{out}: no such evidence directory; run: python run.py --cache CACHE --out {out}")
     lm_eval_output = lm_eval_output_hint(out)
     if lm_eval_output:
@@ -74,6 +77,20 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
     if C.headline_notes:      # on the RESULT line, where a reader looks first
         report["headline_note"] = "; ".join(C.headline_notes)
     return report
+
+
+def evidence_beside(out, most=1000):
+    """The closest-named directory beside `out` that holds a MANIFEST.json (`smok` for `smoke`), or None; at most
+    `most` entries of the parent are looked at."""
+    import difflib
+
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        names = [p.name for _, p in zip(range(most), parent.iterdir()) if (p / "MANIFEST.json").is_file()]
+    except OSError:
+        return None
+    close = difflib.get_close_matches(out.name, names, n=1, cutoff=0.6)
+    return parent / close[0] if close else None
 
 
 def lm_eval_output_hint(out, most=1000):

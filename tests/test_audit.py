@@ -1154,3 +1154,23 @@ def test_whole_batches_per_rank_are_rebuilt_from_the_token_ids():
     shared.whole_batches_check(C, "x", {"config": {}, "stages": {}}, records, tokens)      # one process: no row
     assert [r["status"] for r in C.rows] == ["PASS", "FAIL"]
     assert "ranks[0].items_scored.official" in C.rows[1]["first_failure"]
+
+
+def test_a_typo_of_an_evidence_directory_or_cache_gets_a_did_you_mean(tmp_path, monkeypatch):
+    """`audit.py smok` beside smoke/ (a run's MANIFEST.json in it), `--cache ./cahce` beside a prepared cache: the
+    line names the directory meant, rather than advising to make a new run or prepare a new cache."""
+    import resources
+    from evidence_audit.driver import audit
+    from evidence_audit.reading import Unreadable
+
+    (tmp_path / "smoke").mkdir()
+    (tmp_path / "smoke" / "MANIFEST.json").write_text("{}")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "manifest.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Unreadable, match="did you mean smoke "):
+        audit("smok")
+    with pytest.raises(resources.ResourceError, match="did you mean --cache cache "):
+        resources.prepared_manifest("cahce")
+    with pytest.raises(Unreadable, match="run: python run.py"):         # nothing near: the advice to make one
+        audit("zzz")
