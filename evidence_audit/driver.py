@@ -54,6 +54,9 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
                                                       "the experiment in registry.py)"])
         else:
             info[name] = RULES[name](C, name, out, levels, cache)
+    limited = sorted({r["experiment"] for r in C.rows if r["note"].startswith("LIMITED RUN")})
+    if limited:             # a quick look, not a result: said where a reader looks first
+        C.headline_note(f"limited run (--limit): {', '.join(limited)}")
     report_html_check(C, out, sealed["run_id"], sealed["manifest"])
     if IDENTITY in levels and not only:
         page_rebuild_check(C, out)

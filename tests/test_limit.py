@@ -144,6 +144,8 @@ def test_limited_run_records_says_and_audits_the_limit(tiny_limit_run):
     for name in LIMITED:
         (row,) = rows(report, name, SELECTION_ROW[name])
         assert row["status"] == "PASS" and row["note"].startswith("LIMITED RUN: FIRST 3 "), row
+    result = next(line for line in aproc.stdout.splitlines() if line.startswith("RESULT: "))
+    assert result.startswith(f"RESULT: PASS (LIMITED RUN (--LIMIT): {', '.join(sorted(LIMITED)).upper()})"), result
 
 
 def forged_copy(out, tmp_path):
