@@ -157,8 +157,9 @@ def parse_strict(text, where, first_line=1):
         obj = json.loads(text, object_pairs_hook=_pairs, parse_constant=_no_constant, parse_int=_int,
                          parse_float=_float)
     except json.JSONDecodeError as e:
-        raise Unreadable(f"{where}: line {first_line + e.lineno - 1}: unparseable JSON ({e.msg}); re-run run.py "
-                         "to regenerate it")
+        # no advice to re-run anything: the same reader serves run.py's evidence, lm-eval's files, tokenizer.json
+        raise Unreadable(f"{where}: line {first_line + e.lineno - 1}: unparseable JSON ({e.msg}): the file is cut "
+                         "short, edited, or not JSON")
     except _Bad as e:
         line, key = _locate(text, e.args[1], e.args[2], first_line) if len(e.args) > 1 else (first_line, None)
         raise Unreadable(f"{where}: line {line}:{f' field {key[:80]!r}:' if key else ''} {e.args[0]}")

@@ -228,7 +228,7 @@ def test_duplicate_out_of_range_and_unsorted_doc_ids_are_named(tmp_path):
     s[0]["doc_id"], s[2]["doc_id"] = 2, 0          # lines in dataset order, labels swapped
     write_run(tmp_path / "order", s)
     bad = failures(audit(tmp_path, tmp_path / "order")[1], "logging order")
-    assert len(bad) == 2 and "doc_id 2 (line 1" in bad[0] and "document of doc_id 0" in bad[0]
+    assert len(bad) == 2 and "doc_id 2 (line 1" in bad[0] and "puts doc_id 0 here" in bad[0]
 
 
 def test_identity_level_names_a_doc_that_is_not_its_data_row_and_renders_prompts(tmp_path):

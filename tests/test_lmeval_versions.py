@@ -430,11 +430,11 @@ def test_an_unsorted_samples_run_names_each_mislabelled_document(version, tmp_pa
     code, report = audit(tmp_path, FIXTURES / version / "samples", "--samples", SELECTED,
                          *identity_args(version, ("versions_mc",)))
     assert code == 1
+    why = ("lm-eval iterates documents in dataset order: with unsorted --samples this line holds that document "
+           "mislabelled, else the lines were moved; --data tells which")
     assert failures(report, "logging order") == [
-        f"doc_id 5 (line 1, filter none) doc: holds the document of doc_id 0 (lm-eval iterates documents in "
-        "dataset order; with unsorted --samples it mislabels them)",
-        "doc_id 0 (line 4, filter none) doc: holds the document of doc_id 5 (lm-eval iterates documents in "
-        "dataset order; with unsorted --samples it mislabels them)"]
+        f"doc_id 5 (line 1, filter none) doc_id: out of lm-eval's logging order, which puts doc_id 0 here ({why})",
+        f"doc_id 0 (line 4, filter none) doc_id: out of lm-eval's logging order, which puts doc_id 5 here ({why})"]
     data = failures(report, "data row at its doc_id")
     assert [f.split(" doc")[0] for f in data if "doc.question" in f] == ["doc_id 5 (line 1, filter none)",
                                                                      "doc_id 0 (line 4, filter none)"]
@@ -482,8 +482,8 @@ def test_out_of_order_doc_ids_in_a_release_without_samples_are_not_its_output(tm
             lambda lines: (lines[0].update(doc_id=1), lines[1].update(doc_id=0)))
     code, report = audit(tmp_path, run)
     assert code == 1 and failures(report, "logging order")[0] == (
-        "doc_id 1 (line 1, filter first) doc: holds the document of doc_id 0 (lm-eval 0.4.5 has no --samples and "
-        "logs documents in dataset order)")
+        "doc_id 1 (line 1, filter first) doc_id: out of lm-eval's logging order, which puts doc_id 0 here (lm-eval "
+        "0.4.5 has no --samples and logs documents in dataset order)")
 
 
 def test_output_named_by_a_json_output_path_is_read_only_for_releases_that_write_it(tmp_path, capsys):
@@ -633,3 +633,31 @@ def test_a_part_of_a_split_presented_as_the_whole_split_fails_at_the_identity_le
     assert code == 1 and report["result"].startswith("FAIL"), report["result"]
     assert failures(report, "each logged doc == the data row", "identity") == [
         "n-samples original: recorded 6, recomputed 7 (the rows of docs.jsonl: the split the run says it evaluated)"]
+
+
+def test_a_results_file_relabelled_as_an_earlier_release_is_refused_on_the_key_it_never_writes(tmp_path, capsys):
+    """0.4.12's results.<task> holds name and sample_len beside the metrics; the same file saying 0.4.11 is refused
+    on one line naming that key (it used to fail the aggregates on a metric called 'name')."""
+    run = copy_run("0.4.12", tmp_path)
+    rewrite(one(run, "results_*.json"), lambda r: r.update(lm_eval_version="0.4.11"))
+    code, report = audit(tmp_path, run)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and report is None and len(err) == 1, err
+    assert "field 'results.versions_" in err[0] and "lm-eval 0.4.11 never writes it" in err[0], err
+
+
+@pytest.mark.parametrize("what", ["device", "fifo", "cut_short"])
+def test_a_samples_argument_that_is_no_json_file_is_one_line(what, tmp_path, capsys):
+    """--samples /dev/zero or a named pipe is never read (one line: not a regular file); a JSON file cut short says
+    so, without advice to re-run run.py (the file is the user's, not run.py's)."""
+    import os
+
+    arg = {"device": "/dev/zero", "fifo": tmp_path / "pipe", "cut_short": tmp_path / "sel.json"}[what]
+    if what == "fifo":
+        os.mkfifo(arg)
+    if what == "cut_short":
+        arg.write_text('{"versions_mc": [0, 1')
+    code, _ = audit(tmp_path, FIXTURES / "0.4.9.2" / "run", "--samples", arg)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "run.py" not in err[0], err
+    assert ("not a regular file" if what != "cut_short" else "unparseable JSON") in err[0], err

@@ -54,6 +54,12 @@ def read_selection(arg):
         is_file = path.is_file()
     except OSError:         # JSON text too long for a file name
         is_file = False
+    try:
+        special = not is_file and path.exists() and not path.is_dir()
+    except OSError:
+        special = False
+    if special:             # a device or a pipe: never read (/dev/zero has no end)
+        raise Unreadable(f"--samples {arg}: not a regular file; expected a JSON file or the JSON itself")
     where = str(path) if is_file else "--samples"
     obj = read_json(path) if is_file else parse_strict(arg, where)
     ok = isinstance(obj, dict) and all(isinstance(v, list) and all(is_int(i) for i in v) for v in obj.values())

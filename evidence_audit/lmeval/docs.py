@@ -27,7 +27,9 @@ def doc_id_rows(C, t):
     bad, order_bad, n_orig = [], [], t.n_samples["original"]
     filters = t.by_filter()
     ids_by_filter = {f: [s.doc_id for s in ss] for f, ss in filters.items()}
-    why = "lm-eval iterates documents in dataset order; with unsorted --samples it mislabels them" \
+    # what the position says, and what it may mean: only --data (the identity level) shows whose document it is
+    why = ("lm-eval iterates documents in dataset order: with unsorted --samples this line holds that document "
+           "mislabelled, else the lines were moved; --data tells which") \
         if t.fact("samples_doc_id") == "position" else \
         f"lm-eval {t.release.name if t.release else '0.4.9.2'} has no --samples and logs documents in dataset order"
     for f, ss in filters.items():
@@ -39,7 +41,7 @@ def doc_id_rows(C, t):
             if not 0 <= s.doc_id < n_orig:
                 bad.append(f"{s.where} doc_id: out of range (n-samples.original {n_orig})")
         ids = ids_by_filter[f]
-        order_bad += [f"{s.where} doc: holds the document of doc_id {true} ({why})"
+        order_bad += [f"{s.where} doc_id: out of lm-eval's logging order, which puts doc_id {true} here ({why})"
                       for s, true in zip(ss, sorted(ids)) if s.doc_id != true]
     first = next(iter(ids_by_filter.values()), [])
     for f, ids in ids_by_filter.items():

@@ -128,6 +128,14 @@ def read_results(path):
         if not (isinstance(ns, dict) and is_int(ns.get("original")) and is_int(ns.get("effective"))):
             raise Unreadable(f"{path}: field 'n-samples.{task}': expected {{original: int, effective: int}}")
     extras, moved = {}, set(release.fact("task_result_keys")) - {"alias"}
+    # a key some release writes beside a task's metrics, but not this one: the file is another release's
+    foreign = {k for v in KNOWN_VERSIONS.values() for k in v["task_result_keys"]} - set(release.fact("task_result_keys"))
+    for task, entry in r["results"].items():
+        other = sorted(foreign & set(entry)) if isinstance(entry, dict) else []
+        if other:
+            raise Unreadable(f"{path}: field 'results.{task}.{other[0]}': lm-eval {release.name} never writes it "
+                             f"(another release's results?); this audit reads lm-eval {releases_read()} output only "
+                             "— refused")
     for task, entry in r["results"].items():
         if isinstance(entry, dict) and moved & set(entry):
             extras[task] = {k: entry[k] for k in moved if k in entry}
