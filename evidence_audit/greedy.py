@@ -2,8 +2,8 @@
 must be the argmax of audit.py's own Llama forward pass at its position, up to a numerical near-tie."""
 from pathlib import Path
 
-from evidence_audit.checks import FORWARD, MISSING, expect
-from evidence_audit.forward import FORWARD_TOL, forget_scores, llama_logprobs, load_llama, use_threads
+from evidence_audit.checks import FORWARD, MISSING, expect, get
+from evidence_audit.forward import FORWARD_TOL, MARGIN_TOLERANCE, forget_scores, llama_logprobs, load_llama, use_threads
 from evidence_audit.model_files import is_local, rehash_problems
 from evidence_audit.reading import sha256_file
 
@@ -36,17 +36,27 @@ def greedy_check(C, name, ident, records, tokens, model_dir):
     else:
         expect(bad, str(weights), "sha256", sha256_file(weights),
                ident.get("model_sha256", MISSING) if ident else MISSING, "identity.json model_sha256")
-    figures = greedy_positions(model, records, tokens, bad)
+    dtype = get(ident, "scoring_config.dtype") if isinstance(ident, dict) else MISSING
+    dtype = "float32" if dtype is MISSING else dtype          # evidence from before dtypes were recorded
+    if not isinstance(dtype, str) or dtype not in MARGIN_TOLERANCE:
+        C.skip(name, FORWARD, GREEDY, f"the generations were made in {str(dtype)[:40]}; the audit reads "
+                                      f"{', '.join(MARGIN_TOLERANCE)}")
+        return None
+    # the pass is float32: a generation made in bfloat16 / float16 picks another token where the float32 top two
+    # are within that dtype's measured margin tolerance (forward.MARGIN_TOLERANCE), a near-tie, not a forgery
+    tol = FORWARD_TOL if dtype == "float32" else MARGIN_TOLERANCE[dtype]
+    figures = greedy_positions(model, records, tokens, bad, tol)
     C.add(name, FORWARD, GREEDY, len(records), bad,
           note=f"{figures['positions']} positions, {figures['near_ties']} numerical near-ties, smallest top-1 margin "
                f"{figures['min_margin'] if figures['min_margin'] is None else round(figures['min_margin'], 6)} "
-               f"(max |recomputed - greedy| tol {FORWARD_TOL:g})")
+          + (f"(max |recomputed - greedy| tol {tol:g})" if dtype == "float32" else
+             f"(generated in {dtype}, re-run in float32: a gap within {tol:g} is a near-tie)"))
     return figures
 
 
-def greedy_positions(model, records, tokens, bad):
-    """Every generated position: the recorded token against the forward pass's argmax (a gap within FORWARD_TOL is
-    a near-tie, not a failure). Returns {positions, near_ties, min_margin}."""
+def greedy_positions(model, records, tokens, bad, tol=FORWARD_TOL):
+    """Every generated position: the recorded token against the forward pass's argmax (a gap within `tol` is a
+    near-tie, not a failure). Returns {positions, near_ties, min_margin}."""
     import torch
     n_pos, ties, min_margin = 0, 0, None
     for r in records:
@@ -61,7 +71,7 @@ def greedy_positions(model, records, tokens, bad):
             if top == t:
                 margin = float(row[t]) - float(torch.topk(row, 2).values[1])
                 min_margin = margin if min_margin is None else min(min_margin, margin)
-            elif float(row[top] - row[t]) <= FORWARD_TOL:
+            elif float(row[top] - row[t]) <= tol:
                 ties += 1
             else:
                 bad.append(f"idx {r['idx']} generated_ids[{k}]: {t} is not the greedy token ({top}, "
