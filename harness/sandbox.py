@@ -46,8 +46,11 @@ Limits, honestly:
 - The untrusted code can make any system call but fork/clone; it is the kernel (namespaces, uid nobody,
   Landlock, seccomp, rlimits) that confines it, not Python.
 - ctypes works inside the sandbox: jail.py imports it (with libffi and libc) for its own set-up, so the
-  untrusted code can call any libc function. As uid nobody with no capabilities the privileged calls fail
-  (unshare, setuid, chroot: EPERM; tested).
+  untrusted code can call any libc function. In the jail's "namespaces" mode, as uid nobody with no capabilities,
+  the privileged calls fail (unshare, setuid, chroot: EPERM; tested). Under bwrap the code runs in bwrap's own
+  user namespace, where unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID) and chroot("..") return 0 (measured);
+  what holds there is containment, not EPERM: no host file outside the installation becomes visible after them,
+  and there is no network (tested).
 - Only the Python installation (and, under bwrap, /usr/lib and /usr/lib64) is visible, read-only. Under bwrap
   extension modules import normally (zlib, base64, ssl, sqlite3: tested); in the jail's "namespaces" mode an
   extension module that needs a shared library outside the installation, not already loaded by jail.py (zlib,

@@ -1049,3 +1049,25 @@ def test_control_a_child_shares_its_parents_process_group():
     sent here: the parent is this test run)."""
     code = "import os\ndef f(x):\n    return os.getpgid(0) == os.getpgid(os.getppid())\n"
     assert unconfined(code, 0) is True
+
+
+@pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap is not installed")
+def test_under_bwrap_namespace_calls_may_succeed_but_reveal_no_host_file():
+    """What sandbox.py says of bwrap: the code runs in bwrap's own user namespace, where unshare(CLONE_NEWUSER |
+    CLONE_NEWNS | CLONE_NEWPID) and chroot("..") may return 0 (unlike the namespaces mode's EPERM); what holds is
+    that no host file becomes visible after them."""
+    code = """
+        import ctypes, os
+        def f(x):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.unshare(0x10000000 | 0x00020000 | 0x20000000)
+            try:
+                os.chroot("..")
+            except OSError:
+                pass
+            return [p for p in ("/etc/passwd", "/etc/hostname", "/proc/1/environ", x) if os.path.exists(p)
+                    and os.access(p, os.R_OK)]
+        """
+    host_file = str(Path(__file__).resolve())          # this test file: a host file outside the installation
+    score, details = run(code, [[host_file, []]], mode="bwrap")
+    assert score == 1.0, details
