@@ -421,6 +421,10 @@ def test_a_marker_of_a_live_run_py_is_never_swept(tmp_path):
     out = tmp_path / "o"
     out.mkdir()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "run.py"])
+    for _ in range(100):        # /proc/<pid>/cmdline is empty for an instant after the process is created
+        if b"run.py" in Path(f"/proc/{live.pid}/cmdline").read_bytes():
+            break
+        time.sleep(0.05)
     try:
         (out / ".run-in-progress").write_text(json.dumps({
             "format": "run-in-progress/v1", "run_id": "a" * 32, "pid": live.pid, "host": platform.node(),
