@@ -13,6 +13,7 @@ section; an edit of its evidence fails the audit.
 import ast
 import importlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -295,6 +296,20 @@ def add_toy(repo):
     return ["experiments/label_count.py", "evidence_audit/rules/label_count.py", "evidence_report/sections/label_count.py", "registry.py"]
 
 
+def add_toy_docs(repo):
+    """What is the toy's own beyond code: its docs page, linked from README.md's table and named in its run-order
+    list (the layout tests check both). Returns the files touched."""
+    (repo / "docs" / "label_count.md").write_text("# label_count\n\nA toy: the SST-2 labels counted. It means nothing.\n")
+    readme = repo / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    text = text.replace("`extraction`: the order they run in", "`extraction`, `label_count`: the order they run in", 1)
+    row = re.search(r"^\| `extraction` \|.*\n", text, flags=re.M)
+    text = (text[:row.end()] + "| `label_count` | how many positive labels? | [docs/label_count.md](docs/label_count.md) |\n"
+            + text[row.end():])
+    readme.write_text(text, encoding="utf-8")
+    return ["README.md", "docs/label_count.md"]
+
+
 def snapshot(repo):
     """Every file of the copy -> its bytes (the copy is small: source, fixtures, docs)."""
     return {str(p.relative_to(repo)): p.read_bytes() for p in repo.rglob("*") if p.is_file()}
@@ -314,6 +329,8 @@ def test_adding_an_experiment_touches_four_files(tiny_cache, tmp_path):
     before = snapshot(repo)
     touched = add_toy(repo)
     assert changed_files(before, snapshot(repo)) == sorted(touched) and len(touched) <= 4
+    docs = add_toy_docs(repo)
+    assert changed_files(before, snapshot(repo)) == sorted(touched + docs)
     # the toy committed in the copy, and the guard tests run there: the registry's derived lists, the code files
     # hashed into every identity, the module contract and the layout hold with no other file edited
     git = ["git", "-c", "user.name=toy", "-c", "user.email=toy@localhost"]
