@@ -30,9 +30,10 @@ class NoTransformers(ImportError):
     """transformers is not installed (the caller names what it would have loaded)."""
 
 
-def load_transformers(model_dir, dtype, attention="eager", device="cpu"):
-    """(Scorer, None) running transformers' own class for config.json's architecture with `attention` on `device`
-    (safetensors only, no custom code, inference mode), or (None, why not); NoTransformers without transformers."""
+def load_model(model_dir, dtype, attention="eager", device="cpu"):
+    """(transformers' model for config.json's architecture in `dtype` with `attention` on `device`, None) — loaded
+    as HFLM loads it (safetensors only, no custom code, inference mode), once per audit — or (None, why not);
+    NoTransformers without transformers."""
     import torch
     try:
         from transformers import AutoModelForCausalLM
@@ -49,10 +50,22 @@ def load_transformers(model_dir, dtype, attention="eager", device="cpu"):
         if device != "cpu":
             model = model.to(device)
         _MODELS[key] = model.train(False)     # inference mode (dropout off), as eval() sets
-    model = _MODELS[key]
-    label = f"transformers' {type(model).__name__}" + (f" ({attention} attention)" if attention != "eager" else "") \
+    return _MODELS[key], None
+
+
+def model_label(model, attention, device):
+    """What ran, for a row: transformers' class, its attention and device."""
+    return f"transformers' {type(model).__name__}" + (f" ({attention} attention)" if attention != "eager" else "") \
         + (f" on {device}" if device != "cpu" else "") + ", not the audit's own"
-    return Scorer(label, dtype, lambda ids: model(ids).logits), None
+
+
+def load_transformers(model_dir, dtype, attention="eager", device="cpu"):
+    """(Scorer, None) running transformers' own class for config.json's architecture (load_model), or (None, why
+    not); NoTransformers without transformers."""
+    model, why = load_model(model_dir, dtype, attention, device)
+    if model is None:
+        return None, why
+    return Scorer(model_label(model, attention, device), dtype, lambda ids: model(ids).logits), None
 
 
 def lm_eval_groups(requests, group=True):

@@ -633,3 +633,96 @@ def test_forward_sample_says_it_is_a_sample(clean_run, model_dir, lmeval_data, t
     assert every_requested_check_passes(code, report) and report["experiments"] == ["sst2"]
     row = next(r for r in report["checks"] if r["check"].startswith("loglikelihoods re-scored"))
     assert row["items"] == 4 and "a sample: 2 of 9 documents (--sample 4" in row["note"]
+
+
+# ---- generate_until: the generations re-generated (evidence_audit/lmeval/generate.py) -----------------------------
+
+def rows_of(report, task, check):
+    return [r for r in report["checks"] if r["experiment"] == task and r["check"].startswith(check)]
+
+
+@pytest.mark.slow
+def test_an_honest_generate_until_run_is_re_generated_token_for_token(clean_run, model_dir, lmeval_data, tmp_path):
+    code, report = all_levels(tmp_path, clean_run, model_dir, lmeval_data)
+    regen = rows_of(report, "sst2_gen", "generations re-generated")
+    assert regen[0]["status"] == "PASS" and regen[0]["items"] == 9, regen
+    assert report["details"]["sst2_gen"]["forward"]["identical"] == 9        # batch size 1: the same tensors
+    metrics = rows_of(report, "sst2_gen", "filters and metrics recomputed from the re-generated")
+    assert metrics[0]["status"] == "PASS" and metrics[0]["items"] == 18, metrics
+
+
+def edit_generation(rows, doc_id, new_text, exact=None):
+    """Every filter's line of `doc_id`: resps replaced by new_text (filtered_resps and metrics kept, or set)."""
+    for r in rows:
+        if r["doc_id"] == doc_id:
+            r["resps"] = [[new_text]]
+            if exact is not None:
+                r["filtered_resps"] = [exact[r["filter"]]]
+                r["exact_match"] = float(exact[r["filter"]].lower().strip(".!") == r["target"].lower())
+
+
+@pytest.mark.slow
+def test_a_forged_generation_whose_filter_output_is_kept_fails_at_the_forward_level(clean_run, model_dir,
+                                                                                    lmeval_data, tmp_path):
+    rows = [json.loads(line) for line in next(next(p for p in clean_run.iterdir() if p.is_dir()).glob(
+        "samples_sst2_gen_2*.jsonl")).read_text().splitlines()]
+    logged = next(r for r in rows if r["doc_id"] == 4)["resps"][0][0]
+    word = next(r for r in rows if r["doc_id"] == 4 and r["filter"] == "word")["filtered_resps"][0]
+    assert word in ("positive", "negative"), logged     # a regex the forger keeps satisfied
+    forged = f" {word}, surely {word}"
+    copy = tampered(clean_run, tmp_path, "sst2_gen", lambda rs: edit_generation(rs, 4, forged, {
+        "word": word, "plain": forged.lower().replace(" ", "")}))
+    code, report = all_levels(tmp_path, copy, model_dir, lmeval_data)
+    regen = rows_of(report, "sst2_gen", "generations re-generated")[0]
+    assert code == 1 and regen["status"] == "FAIL", regen
+    assert regen["first_failure"].startswith("doc_id 4: re-generated") and "top-2 margin there" in \
+        regen["first_failure"], regen
+
+
+@pytest.mark.slow
+def test_a_consistently_forged_answer_passes_every_other_level_and_fails_re_generation(clean_run, model_dir,
+                                                                                        lmeval_data, tmp_path):
+    """The forger's whole job: a wrong answer made right in resps, filtered_resps, exact_match, the aggregate and
+    its stderr, so that only generating again can tell."""
+    sub = next(p for p in clean_run.iterdir() if p.is_dir())
+    rows = [json.loads(line) for line in next(sub.glob("samples_sst2_gen_2*.jsonl")).read_text().splitlines()]
+    doc = next(r["doc_id"] for r in rows if r["filter"] == "word" and r["exact_match"] == 0.0)
+    target = next(r["target"] for r in rows if r["doc_id"] == doc)
+
+    def forge(rs):
+        edit_generation(rs, doc, f" {target}", {"word": target, "plain": target})
+
+    def reseal(results):
+        forged = [json.loads(line) for line in next(sub.glob("samples_sst2_gen_2*.jsonl")).read_text().splitlines()]
+        forge(forged)
+        for name in ("word", "plain"):
+            xs = [r["exact_match"] for r in forged if r["filter"] == name]
+            results["results"]["sst2_gen"][f"exact_match,{name}"] = statistics.mean(xs)
+            results["results"]["sst2_gen"][f"exact_match_stderr,{name}"] = statistics.stdev(xs) / math.sqrt(len(xs))
+
+    copy = tampered(clean_run, tmp_path, "sst2_gen", forge, reseal)
+    code, report = audit(tmp_path, copy, *data_args(lmeval_data), "--tokens", "--model", model_dir)
+    assert "sst2_gen" not in {r["experiment"] for r in report["checks"] if r["status"] == "FAIL"}, \
+        [r["first_failure"] for r in report["checks"] if r["status"] == "FAIL"]
+    code, report = all_levels(tmp_path, copy, model_dir, lmeval_data)
+    assert code == 1 and {(r["experiment"], r["level"]) for r in report["checks"] if r["status"] == "FAIL"} == \
+        {("sst2_gen", "forward")}, [r["first_failure"] for r in report["checks"] if r["status"] == "FAIL"]
+    assert rows_of(report, "sst2_gen", "generations re-generated")[0]["first_failure"].startswith(f"doc_id {doc}:")
+
+
+@pytest.mark.slow
+def test_a_sampled_generation_run_is_incomplete_at_the_forward_level_never_pass(clean_run, model_dir, lmeval_data,
+                                                                             tmp_path):
+    def sampled(rows):
+        for r in rows:
+            r["arguments"]["gen_args_0"]["arg_1"]["do_sample"] = True
+            r["arguments"]["gen_args_0"]["arg_1"]["temperature"] = 0.8
+
+    def config(results):
+        results["configs"]["sst2_gen"]["generation_kwargs"].update(do_sample=True, temperature=0.8)
+
+    copy = tampered(clean_run, tmp_path, "sst2_gen", sampled, config)
+    code, report = all_levels(tmp_path, copy, model_dir, lmeval_data)
+    regen = rows_of(report, "sst2_gen", "generations re-generated")[0]
+    assert code == 1 and regen["status"] == "SKIPPED" and "sampled run" in regen["note"], regen
+    assert report["result"].startswith("INCOMPLETE"), report["result"]

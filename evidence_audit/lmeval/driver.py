@@ -3,7 +3,7 @@ the report dict in the form evidence_audit.driver builds it (same checks, counts
 from pathlib import Path
 
 from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, FORWARD, IDENTITY, Checks, headline
-from evidence_audit.lmeval import aggregate, docs, groups, identity, persample, rescore, rolling
+from evidence_audit.lmeval import aggregate, docs, generate, groups, identity, persample, rescore, rolling
 from evidence_audit.lmeval.files import discover, orphan_samples
 from evidence_audit.lmeval.fmt import read_results, read_samples
 from evidence_audit.lmeval.task import TaskRun
@@ -67,6 +67,8 @@ def audit_task(C, t, res, levels, opts):
         identity.identity_rows(C, t, res.data, data_for(opts["data"], t.name), data_for(opts["fewshot"], t.name),
                                opts["loaded"], opts["model"])
         ids = rescore.boundary_rows(C, t, opts["model"], res.data)
+    if FORWARD in levels and t.output_type == generate.GENERATE_UNTIL:
+        return generate.generate_rows(C, t, opts["model"], res.data, opts["sample"])
     if FORWARD in levels:
         return rescore.forward_rows(C, t, opts["model"], res.data, ids, opts["sample"])
     return None

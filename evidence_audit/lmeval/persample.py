@@ -166,16 +166,29 @@ def loglikelihood_sample(t, s, bad, skipped):
 def generate_sample(t, s, bad, skipped):
     """One generate_until sample: filtered_resps from resps with the config's filter steps, then exact_match with
     the metric_list entry's options."""
-    r, steps = s.raw, t.filters().get(s.raw["filter"])
-    if steps is None or unsupported_filters(steps):
-        skipped.add(f"filter {r['filter']} ({', '.join(unsupported_filters(steps or [{}]))})")
-        return
+    r = s.raw
     texts = r["resps"][0] if len(r["resps"]) == 1 else None
     if not isinstance(texts, list) or not all(isinstance(x, str) for x in texts):
         bad.append(f"{s.where} resps: expected one request's list of generated strings")
         return
-    filtered = apply_filters(steps, r["resps"][0])
+    got = generation_scores(t, s, texts, skipped)
+    if got is None:
+        return
+    filtered, values = got
     expect(bad, s.where, "filtered_resps", r["filtered_resps"], [filtered], f"filter {r['filter']} applied to resps")
+    for m, (value, how) in values.items():
+        expect(bad, s.where, m, r[m], value, how)
+
+
+def generation_scores(t, s, texts, skipped):
+    """(filtered, {metric: (value, how)}) of one generate_until sample line had the model generated `texts` (the
+    repeats of its one request): its filter's steps, then each metric this module computes (exact_match with its
+    metric_list options); the rest named in `skipped`. None when the line's filter is not implemented."""
+    r, steps = s.raw, t.filters().get(s.raw["filter"])
+    if steps is None or unsupported_filters(steps):
+        skipped.add(f"filter {r['filter']} ({', '.join(unsupported_filters(steps or [{}]))})")
+        return None
+    filtered, values = apply_filters(steps, texts), {}
     for m in r["metrics"]:
         entry = t.metric_entries().get(m, {})
         kwargs = {k: v for k, v in entry.items() if k not in ("metric", "aggregation", "higher_is_better")}
@@ -183,8 +196,9 @@ def generate_sample(t, s, bad, skipped):
                 or t.config.get("doc_to_choice") is not None:
             skipped.add(m + (f"({', '.join(sorted(kwargs))})" if kwargs else ""))
             continue
-        expect(bad, s.where, m, r[m], exact_match(filtered, r["target"], **kwargs),
-               f"exact_match({filtered!r}, target {r['target']!r}, {kwargs})")
+        values[m] = (exact_match(filtered, r["target"], **kwargs),
+                     f"exact_match({filtered!r}, target {r['target']!r}, {kwargs})")
+    return filtered, values
 
 
 def persample_rows(C, t, top):
