@@ -92,3 +92,17 @@ def test_the_first_divergence_is_the_token_whose_text_leaves_the_logged_one():
 
 def test_clean_up_is_transformers_list():
     assert generate.clean_up("It is n't , he 's here .") == "It isn't, he's here."
+
+
+def test_a_divergence_fails_only_past_the_margin_tolerance_and_a_near_tie_is_named():
+    vocab = {1: "The", 2: " answer", 3: " is", 4: " 18", 5: " 17"}
+    decode = lambda ids: "".join(vocab[i] for i in ids)                                  # noqa: E731
+    reqs = [(0, "ctx", {}, ["The answer is 18"], []), (1, "ctx", {}, ["The answer is 18"], []),
+            (2, "ctx", {}, ["The answer is 18"], [])]
+    regenerated = {0: ([1, 2, 3, 4], "The answer is 18", [3.0, 2.0, 1.0, 0.5]),
+                   1: ([1, 2, 3, 5], "The answer is 17", [3.0, 2.0, 1.0, 0.00004]),      # a near-tie at token 3
+                   2: ([1, 2, 3, 5], "The answer is 17", [3.0, 2.0, 1.0, 0.2])}          # past it
+    bad, ties, same = generate.compare(reqs, regenerated, decode, 1e-4)
+    assert same == 1
+    assert len(ties) == 1 and ties[0].startswith("doc_id 1:") and "part at generated token 3" in ties[0]
+    assert len(bad) == 1 and bad[0].startswith("doc_id 2:") and "top-2 margin there 0.2" in bad[0]
