@@ -29,5 +29,5 @@ release wrote the run, format check, strict reading, one view of every release),
 rolling (loglikelihood_rolling's per-sample values), aggregate (aggregates, stderr), bootstrap (lm-eval's bootstrap
 stderr reproduced), groups (task groups' aggregates and stderrs), data (--data), prompt (targets and contexts
 rendered again, few-shot and chat templates included), identity (identity level), rescore (token boundaries,
-forward level), driver (one RUN_DIR), command (the flags).
+forward level), driver (one RUN_DIR), command (the flags), task_files (which releases shipped a task file's bytes).
 """
