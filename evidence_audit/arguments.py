@@ -26,6 +26,11 @@ def parse_args(argv):
                          "caught resealed by) to FILE")
     ap.add_argument("--report", type=Path,
                     help="where to write the JSON report (default: OUT/audit.json, OUT/audit.mutations.json)")
+    ap.add_argument("--sample", type=int, metavar="N",
+                    help="forward level: re-score N items of each experiment / task, drawn from a fresh random seed "
+                         "(printed, with the detection bound); the other levels still cover every item")
+    ap.add_argument("--sample-seed", metavar="S",
+                    help="--sample's seed: repeat a printed draw, or challenge with a seed of your own")
     ap.add_argument("--threads", type=int, default=AuditOptions().threads,
                     help="torch threads for --forward (default: %(default)s)")
     ap.add_argument("--strict", action="store_true",

@@ -8,9 +8,11 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from evidence_audit.sampling import Sample, report_line
 
 MISSING = type("Missing", (), {"__repr__": lambda self: "<missing>"})()   # a claim that is absent from the evidence
 
@@ -63,6 +65,7 @@ class AuditOptions:
     threads: int = 1                        # torch intra-op threads for the forward level (--threads)
     review_sheet: Optional[Path] = None     # extraction: --review SHEET, a filled sheet exported by the review page
     device: str = "cpu"                     # --lm-eval's forward level: --device cpu or cuda
+    sample: Sample = field(default_factory=Sample)   # --sample N / --sample-seed S: the forward level's draw
 
 
 class Checks:
@@ -173,6 +176,9 @@ def print_report(report, stream=None, levels_say=LEVELS_SAY):
     verdict = report.get("result") or ("PASS" if report["exit_code"] == 0 else "FAIL")
     if report.get("headline_note"):
         verdict += f" ({report['headline_note'].upper()})"
+    if report.get("sample"):
+        p(report_line(report["sample"]))
+        verdict += " (SAMPLED FORWARD LEVEL)"
     undecided = report.get("n_incomplete", 0)       # FAIL rows whose every failure says the audit could not decide
     failed = f"{report['n_fail'] - undecided} failed" + (f", {undecided} undecided (INCOMPLETE rows)" if undecided
                                                          else "")

@@ -18,6 +18,7 @@ from pathlib import Path
 import registry
 from evidence_audit.arguments import parse_args
 from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, AuditOptions, print_report, write_report
+from evidence_audit import sampling
 from evidence_audit.driver import audit
 from evidence_audit.lmeval.command import lmeval_main
 from evidence_audit.mutations import mutation_selftest
@@ -47,7 +48,11 @@ def audit_evidence(args):
         print(f"error: --experiment {unknown[0]}: no such experiment; known experiments: "
               f"{', '.join(closest_first(unknown[0], registry.NAMES))}", file=sys.stderr)
         return 2
-    options = AuditOptions(threads=args.threads, review_sheet=args.review)
+    sample = sampling.from_args(args.sample, args.sample_seed, args.forward)
+    if isinstance(sample, str):
+        print(f"error: {sample}", file=sys.stderr)
+        return 2
+    options = AuditOptions(threads=args.threads, review_sheet=args.review, sample=sample)
     try:
         if args.mutations:
             report = mutation_selftest(args.out, args.cache, options=options, table_md=args.table_md)

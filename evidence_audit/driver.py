@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 import registry
-from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, IDENTITY, Checks, headline, short
+from evidence_audit import sampling
+from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, FORWARD, IDENTITY, Checks, headline, short
 from evidence_audit.definitions import is_int, is_num
 from evidence_audit.manifest import is_audit_output, is_run_id, manifest_check, walk
 from evidence_audit.reading import Unreadable, check_formats, read_json, sha256_file
@@ -79,6 +80,7 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
     headline(report)
     if C.headline_notes:      # on the RESULT line, where a reader looks first
         report["headline_note"] = "; ".join(C.headline_notes)
+    report["sample"] = sampling.report_entry(C.options.sample, FORWARD in levels)
     return report
 
 

@@ -28,6 +28,7 @@ from evidence_audit.hflm import NoTransformers, Scorer, load_transformers, score
 from evidence_audit.llama_config import llama_hparams
 from evidence_audit.model_files import check_model_dir, is_local, rehash_problems
 from evidence_audit.reading import read_json, sha256_file
+from evidence_audit.sampling import sample_records
 
 # max |recomputed - recorded| per candidate score (nats) where equality is not expected (another CPU, kernel path,
 # thread count, transformers or padding than the run's), per scored dtype; each is twice the largest difference
@@ -419,6 +420,7 @@ def audit_candidate_scores(C, name, ident, records, tokens, model_dir, key_of=la
         return None
     import torch
 
+    records, covered, drawn = sample_records(C.options.sample, name, records, key_of)
     mode, scorer, beside = loaded
     dtype, tol = scorer.dtype, TOLERANCE[scorer.dtype]
     size = 1 if mode.startswith("one unpadded") else get(ident, "scoring_config.official_batch_size")
@@ -436,7 +438,8 @@ def audit_candidate_scores(C, name, ident, records, tokens, model_dir, key_of=la
     note = (f"{dtype}, {scorer.label}, {mode}; |recomputed - official| {spread_text(main['official'])}, "
             f"|recomputed - independent| {spread_text(main['independent'])} (tolerance {tol:g}); "
             f"{len(main['moved_past_tolerance'])} item(s) past it; mean of recorded - recomputed "
-            f"{main['mean_signed_diff']:+.3g}")
+            f"{main['mean_signed_diff']:+.3g}; {covered}")
+    figures["sample"] = drawn
     if beside is not None:
         b = compare_scores(records, rescore(beside, records, tokens, key_of, 1), key_of, where_of, pred_field,
                            math.inf, None)

@@ -6,6 +6,7 @@ from evidence_audit.checks import FORWARD, MISSING, expect, get
 from evidence_audit.forward import FORWARD_TOL, MARGIN_TOLERANCE, forget_scores, llama_logprobs, load_llama, use_threads
 from evidence_audit.model_files import is_local, rehash_problems
 from evidence_audit.reading import sha256_file
+from evidence_audit.sampling import sample_records
 
 GREEDY = "greedy tokens (argmax at every generated position)"
 
@@ -45,12 +46,16 @@ def greedy_check(C, name, ident, records, tokens, model_dir):
     # the pass is float32: a generation made in bfloat16 / float16 picks another token where the float32 top two
     # are within that dtype's measured margin tolerance (forward.MARGIN_TOLERANCE), a near-tie, not a forgery
     tol = FORWARD_TOL if dtype == "float32" else MARGIN_TOLERANCE[dtype]
+    # a harness record's idx is "<task>/<i>": each task its own stratum, so every task is in the sample
+    records, covered, drawn = sample_records(C.options.sample, name, records, lambda r: r["idx"],
+                                             lambda r: str(r["idx"]).split("/")[0] if "/" in str(r["idx"]) else None)
     figures = greedy_positions(model, records, tokens, bad, tol)
+    figures["sample"] = drawn
     C.add(name, FORWARD, GREEDY, len(records), bad,
           note=f"{figures['positions']} positions, {figures['near_ties']} numerical near-ties, smallest top-1 margin "
                f"{figures['min_margin'] if figures['min_margin'] is None else round(figures['min_margin'], 6)} "
           + (f"(max |recomputed - greedy| tol {tol:g})" if dtype == "float32" else
-             f"(generated in {dtype}, re-run in float32: a gap within {tol:g} is a near-tie)"))
+             f"(generated in {dtype}, re-run in float32: a gap within {tol:g} is a near-tie)") + f"; {covered}")
     return figures
 
 

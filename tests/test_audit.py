@@ -17,6 +17,7 @@ import pytest
 
 import conftest
 from conftest import run_cli
+from evidence_audit import sampling
 
 AUDIT = conftest.REPO / "audit.py"
 PACKAGE = conftest.REPO / "evidence_audit"
@@ -723,6 +724,41 @@ def test_every_experiment_of_a_smoke_run_passes_every_shared_group(smoke_run, tm
         names = [c["check"] for c in rows if c["experiment"] == exp and c["status"] == "PASS"]
         for prefix in ("required files", "config consistency", "environment.json consistency", "stages.json"):
             assert any(n.startswith(prefix) for n in names), (exp, prefix, names)
+
+
+@pytest.mark.slow
+def test_a_sampled_forward_level_names_its_seed_and_bound_and_repeats_from_the_seed(dev_run, smoke_run, tmp_path):
+    """audit.py O --forward --sample N on real run.py evidence: the forward rows re-score N items drawn from the
+    seed and say so with the detection bound, the RESULT line says SAMPLED, the printed seed repeats the draw; the
+    harness draws each task on its own (every task is in the sample)."""
+    out = tmp_path / "dev"
+    shutil.copytree(dev_run[0], out)
+    args = ("--forward", "--sample", "5", "--experiment", "protocol", "--report", out / "audit.json")
+    proc = audit(out, *args)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    first = report(out)
+    seed = first["sample"]["seed"]
+    assert first["sample"]["seed_source"] == "fresh at audit time" and len(seed) == 32
+    assert f"SAMPLE: the forward level re-scored 5 item(s) of each experiment/task, drawn from seed {seed}" in \
+        proc.stdout and "(SAMPLED FORWARD LEVEL)" in proc.stdout
+    scores = next(c for c in first["checks"] if c["check"] == "candidate scores vs both paths")
+    k = sampling.detection_k(64, 5)
+    assert scores["status"] == "PASS" and scores["items"] == 10, scores       # 5 items x 2 candidates
+    assert f"a sample: 5 of 64 items (seed {seed}, fresh at audit time" in scores["note"] and \
+        f"if at least {k} of the 64 were altered" in scores["note"], scores["note"]
+    drawn = first["details"]["protocol"]["forward"]["sample"]
+    proc = audit(out, *args, "--sample-seed", seed)
+    again = report(out)
+    assert proc.returncode == 0 and again["sample"]["seed_source"] == "given with --sample-seed"
+    assert again["details"]["protocol"]["forward"]["sample"] == {
+        k: {**v, "seed_source": "given with --sample-seed"} for k, v in drawn.items()}
+    smoke = tmp_path / "smoke"
+    shutil.copytree(smoke_run[0], smoke)
+    proc = audit(smoke, "--forward", "--sample", "1", "--experiment", "harness", "--report", smoke / "a.json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    tasks = json.loads((smoke / "a.json").read_text())["details"]["harness"]["forward"]["sample"]
+    recorded = {r["task"] for r in map(json.loads, (smoke / "harness" / "records.jsonl").read_text().splitlines())}
+    assert {k.split("/", 1)[1] for k in tasks} == recorded, (tasks, recorded)
 
 
 # ---- the manifest level, strict reading, environment.json, report.html, the headline -----------------------------

@@ -15,7 +15,8 @@ from lmeval_runs import tampered
 from evidence_audit.cli import main
 from evidence_audit.lmeval import metrics
 from evidence_audit.lmeval.docs import doc_hash
-from evidence_audit.lmeval.rescore import SAMPLE_SALT, chosen
+from evidence_audit import sampling
+from evidence_audit.lmeval.rescore import chosen
 from evidence_audit.reading import sha256_text
 
 DATE = "2026-01-02T03-04-05.678901"
@@ -77,7 +78,7 @@ def test_doc_hash_equals_lm_evals_hash_string():
     assert doc_hash(doc) == hash_string(json.dumps(doc, indent=2, ensure_ascii=False))
 
 
-def test_forward_sample_is_chosen_by_the_hash_rule_alone():
+def test_forward_sample_is_drawn_from_the_audits_seed_alone():
     class S:
         def __init__(self, d):
             self.doc_id, self.requests = d, [("c", " a"), ("c", " b")]
@@ -85,10 +86,12 @@ def test_forward_sample_is_chosen_by_the_hash_rule_alone():
     class T:
         name, samples = "t", [S(d) for d in range(20)]
 
-    ranked = sorted(range(20), key=lambda d: sha256_text(f"{SAMPLE_SALT}:t:{d}"))
-    assert chosen(T, 6) == set(ranked[:3])
-    assert chosen(T, 1) == set(ranked[:1])        # at least one document
-    assert chosen(T, None) == set(range(20))
+    ranked = sorted(range(20), key=lambda d: sha256_text(f"{sampling.SALT}:s1:t:{d}"))
+    assert chosen(T, sampling.Sample(3, "s1")) == set(ranked[:3])
+    assert chosen(T, sampling.Sample(3, "s2")) != set(ranked[:3])       # another seed, another draw
+    assert chosen(T, sampling.Sample(None)) == set(range(20))
+    fresh = [sampling.Sample(3) for _ in range(2)]
+    assert fresh[0].seed != fresh[1].seed and fresh[0].source == "fresh at audit time"
 
 
 # ---- fast: hand-written runs in lm-eval 0.4.9.2's format, for refusals and doc_id rules ---------------------------
@@ -629,10 +632,16 @@ def test_a_limit_that_splits_a_question_group_is_named(hflm, model_dir, lmeval_d
 
 @pytest.mark.slow
 def test_forward_sample_says_it_is_a_sample(clean_run, model_dir, lmeval_data, tmp_path):
-    code, report = all_levels(tmp_path, clean_run, model_dir, lmeval_data, "--sample", "4", "--task", "sst2")
+    code, report = all_levels(tmp_path, clean_run, model_dir, lmeval_data, "--sample", "4", "--task", "sst2",
+                              "--sample-seed", "reader-challenge-1")
     assert every_requested_check_passes(code, report) and report["experiments"] == ["sst2"]
     row = next(r for r in report["checks"] if r["check"].startswith("loglikelihoods re-scored"))
-    assert row["items"] == 4 and "a sample: 2 of 9 documents (--sample 4" in row["note"]
+    assert row["items"] == 8 and "a sample: 4 of 9 documents (seed reader-challenge-1, given with --sample-seed" \
+        in row["note"] and "if at least " in row["note"], row["note"]
+    assert report["sample"] == {"n": 4, "seed": "reader-challenge-1", "seed_source": "given with --sample-seed",
+                                "salt": sampling.SALT}
+    drawn = report["details"]["sst2"]["forward"]["sample"]
+    assert drawn["population"] == 9 and drawn["drawn"] == 4 and drawn["k_for_p99"] == 5     # 1 - C(4,4)/C(9,4) >= .99
 
 
 # ---- generate_until: the generations re-generated (evidence_audit/lmeval/generate.py) -----------------------------
@@ -726,3 +735,33 @@ def test_a_sampled_generation_run_is_incomplete_at_the_forward_level_never_pass(
     regen = rows_of(report, "sst2_gen", "generations re-generated")[0]
     assert code == 1 and regen["status"] == "SKIPPED" and "sampled run" in regen["note"], regen
     assert report["result"].startswith("INCOMPLETE"), report["result"]
+
+
+@pytest.mark.slow
+def test_the_forger_of_the_published_ranking_fails_over_fresh_seeds(clean_run, model_dir, lmeval_data, tmp_path):
+    """The hostile tester's forgery of the earlier published ranking: 2.0 nats added to the log-likelihood of every
+    sst2_ll document outside its first 4 (5 of 9). Each audit draws 4 documents from a fresh seed; the bound says
+    one in 126 draws misses all 5. Measured here over 8 fresh seeds: every one FAILs at the forward level."""
+    import hashlib
+
+    published = sorted(range(9), key=lambda d: hashlib.sha256(f"lmeval-forward-sample-v1:sst2_ll:{d}".encode())
+                       .hexdigest())
+    outside = set(published[4:])
+
+    def forge(rows):
+        for r in rows:
+            if r["doc_id"] in outside:
+                ll = float(r["resps"][0][0][0]) + 2.0
+                r["resps"][0][0][0] = repr(ll)
+                r["filtered_resps"][0][0] = repr(ll)
+                r["perplexity"] = ll
+
+    copy = tampered(clean_run, tmp_path, "sst2_ll", forge)
+    seeds, failed = [], 0
+    for _ in range(8):
+        code, report = all_levels(tmp_path, copy, model_dir, lmeval_data, "--task", "sst2_ll", "--sample", "4")
+        row = rows_of(report, "sst2_ll", "loglikelihoods re-scored")[0]
+        seeds.append(report["sample"]["seed"])
+        failed += row["status"] == "FAIL"
+        assert report["sample"]["seed_source"] == "fresh at audit time"
+    assert len(set(seeds)) == 8 and failed == 8, (failed, seeds)

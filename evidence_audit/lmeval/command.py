@@ -8,6 +8,7 @@ from pathlib import Path
 
 from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, AuditOptions, print_report, short, write_report
 from evidence_audit.definitions import is_int
+from evidence_audit import sampling
 from evidence_audit.lmeval import rescore
 from evidence_audit.lmeval.driver import audit_lmeval
 from evidence_audit.reading import Unreadable, parse_strict, read_json
@@ -33,9 +34,6 @@ def lmeval_args(ap):
     g.add_argument("--model", type=Path, metavar="DIR",
                    help="model directory (tokenizer.json, config.json, model.safetensors) for token boundaries and "
                         "the forward level")
-    g.add_argument("--sample", type=int, metavar="N",
-                   help="forward level: re-score at most N requests per task, documents chosen by sha256(salt:task:"
-                        "doc_id) before any score is read (the report says it is a sample)")
     g.add_argument("--device", metavar="cpu|cuda",
                    help="forward level: where to re-score (default cpu); lm-eval's batches are reproduced only on "
                         "the kind of device the run recorded")
@@ -75,8 +73,9 @@ def lmeval_main(args):
         print("error: --lm-eval takes --data, --model, --sample, --task, --tokens, --forward, --report, --threads, "
               "--device, --strict; not --mutations, --review, --public-only, --experiment or --cache", file=sys.stderr)
         return 2
-    if args.sample is not None and args.sample < 1:
-        print(f"error: --sample {args.sample}: expected a positive number of requests", file=sys.stderr)
+    sample = sampling.from_args(args.sample, args.sample_seed, args.forward)
+    if isinstance(sample, str):
+        print(f"error: {sample}", file=sys.stderr)
         return 2
     levels = (ARITHMETIC,) + ((IDENTITY,) if args.tokens or args.forward else ()) \
         + ((FORWARD,) if args.forward else ())
@@ -84,7 +83,7 @@ def lmeval_main(args):
         selection = read_selection(args.samples) if args.samples is not None else None
         rescore.check_device(args.device)
         report = audit_lmeval(args.lm_eval, levels, args.data, args.model, args.sample, args.task,
-                              options=AuditOptions(threads=args.threads, device=args.device or "cpu"),
+                              options=AuditOptions(threads=args.threads, device=args.device or "cpu", sample=sample),
                               fewshot=args.fewshot_data,
                               selection=selection)
     except Unreadable as e:

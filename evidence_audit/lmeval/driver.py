@@ -2,6 +2,7 @@
 the report dict in the form evidence_audit.driver builds it (same checks, counts, checks.headline, exit code)."""
 from pathlib import Path
 
+from evidence_audit import sampling
 from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, FORWARD, IDENTITY, Checks, headline
 from evidence_audit.lmeval import aggregate, docs, generate, groups, identity, persample, rescore, rolling
 from evidence_audit.lmeval.files import discover, orphan_samples
@@ -120,5 +121,6 @@ def audit_lmeval(run_dir, levels=(ARITHMETIC,), data=(), model=None, sample=None
               "n_fail": status.count("FAIL"), "n_skipped": status.count("SKIPPED"),
               "n_skipped_requested": sum(1 for r in C.rows if r["status"] == "SKIPPED" and r.get("requested", True)),
               "details": details, "run_id": None, "public_only": False, "private_absent": [],
-              "results_files": [str(r.results) for r in runs], "exit_code": 1 if "FAIL" in status else 0}
+              "results_files": [str(r.results) for r in runs], "exit_code": 1 if "FAIL" in status else 0,
+              "sample": sampling.report_entry(C.options.sample, FORWARD in levels)}
     return verdict(report, C.rows)

@@ -327,7 +327,7 @@ def generate_rows(C, t, model_dir, top, sample_n, device=None):
     rec, why = run_record(t, model_dir, top)
     if rec is None:
         return skip(C, t, why)
-    reqs = requests_to_generate(t, rescore.chosen(t, sample_n))
+    reqs = requests_to_generate(t, rescore.chosen(t, C.options.sample))
     plans, why = request_settings(reqs, rec)
     if plans is None:
         return skip(C, t, why)
@@ -360,14 +360,15 @@ def generate_rows(C, t, model_dir, top, sample_n, device=None):
     label, n = model_label(model, plan.attention, device), len(reqs)
     mode = ("equality expected (" + plan.why + ")") if plan.equality else f"tolerance ({plan.why})"
     note = (f"{dtype}, {label}, own decoding loop; {same} of {n} identical, {len(ties)} near-tie(s) within the "
-            f"{dtype} margin tolerance {tol:g}; {mode}")
+            f"{dtype} margin tolerance {tol:g}; {mode}; {rescore.sample_words(C, t, {r[0] for r in reqs})}")
     if ties:
         note += "; near-ties (not failed): " + "; ".join(ties[:3]) + (f" (+{len(ties) - 3} more)" if len(ties) > 3
                                                                         else "")
     C.add(t.label, FORWARD, REGENERATED, n, bad, note=note)
     metric_row(C, t, reqs, {d: g[1] for d, g in regenerated.items()})
     return {"dtype": dtype, "implementation": label, "documents": n, "identical": same, "near_ties": ties,
-            "tolerance": tol, "equality": plan.equality, "batch_size": plan.batch_size, "sample": sample_n,
+            "tolerance": tol, "equality": plan.equality, "batch_size": plan.batch_size,
+            "sample": C.options.sample.figures(n, len({s.doc_id for s in t.samples})),
             "seconds": round(time.perf_counter() - t0, 2)}
 
 

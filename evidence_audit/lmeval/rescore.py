@@ -45,12 +45,11 @@ qualify as above (other_code, shared with choose_mode), else forward.TOLERANCE[d
 reason named in the row (lm-eval pads a run's windows in chunks of its batch size over every rolling request of the
 run: not rebuilt here).
 
---sample N: documents ranked by sha256(f"{SAMPLE_SALT}:{task}:{doc_id}") — fixed before any score is read — taken
-in that order while their requests total at most N per task (at least one document); the report says it is a sample.
+--sample N: N documents of each task drawn from the audit's seed (evidence_audit/sampling.py: fresh randomness
+unless --sample-seed; the row names the seed and the detection bound); the other levels still read every document.
 Limits: a run made by several processes (accelerate) is re-scored as one process's batches; --device cuda runs
 transformers' class for every architecture (the own Llama pass is CPU only) and is untested here (no GPU).
 """
-import hashlib
 import json
 import math
 import struct
@@ -71,7 +70,6 @@ from evidence_audit.lmeval.versions import BATCHES_DIFFER, BATCHES_SAME, KNOWN_V
 from evidence_audit.model_files import INDEX, MAX_JSON_BYTES, check_model_dir
 from evidence_audit.reading import Unreadable, read_json
 
-SAMPLE_SALT = "lmeval-forward-sample-v1"
 # The share of bit-identical scores above which a run whose record matches this machine is held to equality. On
 # one machine, the same requests under another thread count or kernel path were bit-identical on at most 15 of 80
 # (bfloat16, 3 threads against 1; float32: 3 of 80): docs/forward-dtypes.md.
@@ -418,19 +416,15 @@ def special_note(encode):
                                                              if encode.rule == TOK_ADD_BOS else ")")
 
 
-def chosen(t, n):
-    """The documents --sample n re-scores (module docstring), or every document when n is None."""
-    docs = sorted({s.doc_id: len(s.requests) for s in t.samples}.items())
-    if n is None:
-        return {d for d, _ in docs}
-    ranked = sorted(docs, key=lambda d: hashlib.sha256(f"{SAMPLE_SALT}:{t.name}:{d[0]}".encode()).hexdigest())
-    out, total = set(), 0
-    for d, k in ranked:
-        if out and total + k > n:
-            break
-        out.add(d)
-        total += k
-    return out
+def chosen(t, sample):
+    """The documents the forward level re-scores: `sample`'s draw (sampling.Sample: --sample N documents of the
+    task from the audit's seed), or every document."""
+    return set(sample.keys(t.name, sorted({s.doc_id for s in t.samples})))
+
+
+def sample_words(C, t, keep):
+    """What the forward level covered, for its row: every document, or the sample with its seed and bound."""
+    return C.options.sample.describe(len(keep), len({s.doc_id for s in t.samples}), "documents")
 
 
 # ---- the forward level ---------------------------------------------------------------------------------------------
@@ -737,7 +731,7 @@ def forward_rows(C, t, model_dir, top, ids, sample_n, device=None):
         return None
     threads = C.options.threads
     forward.use_threads(threads)
-    keep, t0 = chosen(t, sample_n), time.perf_counter()
+    keep, t0 = chosen(t, C.options.sample), time.perf_counter()
     plan = choose_mode(t, top, device, sample_n, threads)
     tok = tokens.load_tokenizer(Path(model_dir) / "tokenizer.json")
     scores, label, why, mode, tol, used = rescore_plan(t, top, model_dir, dtype, plan, device, keep, tok, threads)
@@ -749,16 +743,16 @@ def forward_rows(C, t, model_dir, top, ids, sample_n, device=None):
         return None
     delim = persample.target_delimiter(t, top)
     fig, bad, bad_argmax, bad_greedy = compare(t, keep, scores, dtype, tol, delim)
-    what = f"a sample: {len(keep)} of {len({s.doc_id for s in t.samples})} documents (--sample {sample_n}, " \
-           f"sha256({SAMPLE_SALT}:task:doc_id) order)" if sample_n is not None else "every request"
+    what = sample_words(C, t, keep)
     note = (f"{dtype}, {label}, {mode}; |recomputed - logged| {forward.spread_text(fig['spread'])} over "
             f"{what}, {fig['bit_identical']} bit-identical; documents past it: {fig['moved']}")
     figures = {"dtype": dtype, "implementation": label, "mode": mode, "batch_size": plan.batch_size,
                "attention": plan.attention, "threads": used, "equality": tol == 0.0, "tolerance": tol,
                "max_abs_diff": fig["spread"]["max"],
                "spread": fig["spread"], "requests": fig["n"], "bit_identical": fig["bit_identical"],
-               "mean_signed_diff": fig["mean_signed_diff"], "documents": len(keep), "sample": sample_n,
-               "salt": SAMPLE_SALT, "moved": fig["moved"], "argmax_flips": fig["argmax_flips"],
+               "mean_signed_diff": fig["mean_signed_diff"], "documents": len(keep),
+               "sample": C.options.sample.figures(len(keep), len({s.doc_id for s in t.samples})),
+               "moved": fig["moved"], "argmax_flips": fig["argmax_flips"],
                "near_ties": fig["near_ties"], "is_greedy_flips": fig["is_greedy_flips"], "device": device}
     if dtype != "float32":
         s32, label32, why32 = rescored(t, top, model_dir, "float32", plan.batch_size, device, keep, tok,
@@ -914,7 +908,7 @@ def rolling_rows(C, t, model_dir, top, sample_n, device):
                                         "(HFLM.prefix_token_id) is unknown")
         return None
     forward.use_threads(C.options.threads)
-    keep, t0 = chosen(t, sample_n), time.perf_counter()
+    keep, t0 = chosen(t, C.options.sample), time.perf_counter()
     tol, mode, attention = rolling_mode(t, top, device)
     scorer, why = forward.load_scorer(model_dir, dtype, attention, device)
     if scorer is None:
@@ -926,15 +920,15 @@ def rolling_rows(C, t, model_dir, top, sample_n, device):
     fig, more = rolling_compare(docs, rolling_sums(scorer, docs, max_len, sdt, device), sums, tol, dtype)
     bad += more
     counts = {str(d): len(w) for d, (_, w, _) in sorted(docs.items())}
-    what = f"a sample: {len(keep)} of {len({s.doc_id for s in t.samples})} documents (--sample {sample_n})" \
-        if sample_n is not None else "every document"
+    what = sample_words(C, t, keep)
     note = (f"{dtype}, {scorer.label}, {mode}; max_length {max_len}: {sum(counts.values())} windows, at most "
             f"{max(counts.values(), default=0)} per document; |sum of windows - logged| "
             f"{forward.spread_text(fig['spread'])} over {what}; documents past it: {fig['moved']}")
     figures = {"dtype": dtype, "implementation": scorer.label, "mode": mode, "tolerance_per_window": tol,
                "max_length": max_len, "windows": sum(counts.values()), "windows_per_document": counts,
                "max_abs_diff": fig["spread"]["max"], "spread": fig["spread"], "documents": fig["n"],
-               "sample": sample_n, "salt": SAMPLE_SALT, "moved": fig["moved"], "device": device}
+               "sample": C.options.sample.figures(len(keep), len({s.doc_id for s in t.samples})), "moved": fig["moved"],
+               "device": device}
     if dtype != "float32":
         s32, why32 = forward.load_scorer(model_dir, "float32", attention, device)
         if s32 is None:
