@@ -8,7 +8,7 @@ from pathlib import Path
 
 import registry
 from evidence_audit import sampling
-from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, FORWARD, IDENTITY, Checks, headline, short
+from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, FORWARD, Checks, headline, short
 from evidence_audit.definitions import is_int, is_num
 from evidence_audit.manifest import is_audit_output, is_run_id, manifest_check, walk
 from evidence_audit.reading import Unreadable, check_formats, read_json, sha256_file
@@ -59,7 +59,7 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
     if limited:             # a quick look, not a result: said where a reader looks first
         C.headline_note(f"limited run (--limit): {', '.join(limited)}")
     report_html_check(C, out, sealed["run_id"], sealed["manifest"])
-    if IDENTITY in levels and not only:
+    if not only:        # the page is built from public evidence: every audit, --public-only too, rebuilds it
         page_rebuild_check(C, out)
     stray_evidence(C, out, experiments, only)
     completeness_checks(C, out, experiments)

@@ -39,7 +39,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-from evidence_audit.checks import ARITHMETIC, IDENTITY, MISSING, same, short
+from evidence_audit.checks import ARITHMETIC, MISSING, same, short
 from evidence_audit.reading import Unreadable, parse_strict, read_json, read_jsonl, read_text
 
 CHECK = "report.html (run id, every number cell)"
@@ -281,22 +281,24 @@ REPORT_PY = Path(__file__).resolve().parents[1] / "report.py"
 
 
 def page_rebuild_check(C, out, timeout_s=600):
-    """Row REBUILD_CHECK, at the identity level (the deeper audits): what the whitelist above cannot catch — a cell
-    pointed at another field holding an equal value, a plot, an omission — by running this checkout's report.py
+    """Row REBUILD_CHECK, at the arithmetic level (the page is built from public evidence alone, so every audit and
+    --public-only can rebuild it): what the whitelist above cannot catch — a cell pointed at another field holding
+    an equal value, a label swap, look-alike digits, a closed <details>, a plot, an omission — by running this
+    checkout's report.py
     --check in a child process (executed, never imported: the audit's own checks stay independent of the builder).
     Same bytes need the same evidence_report/ and matplotlib as the run's: audit with the commit the evidence cites."""
     if not (out / "report.html").is_file():
-        C.skip("-", IDENTITY, REBUILD_CHECK, "no report.html (named at the arithmetic level)")
+        C.skip("-", ARITHMETIC, REBUILD_CHECK, "no report.html (named by the row above)", requested=False)
         return
     try:
         proc = subprocess.run([sys.executable, str(REPORT_PY), "--check", str(out)], capture_output=True, text=True,
                               timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
-        C.add("-", IDENTITY, REBUILD_CHECK, 1, [f"report.py --check could not run ({short(str(e), 200)})"])
+        C.add("-", ARITHMETIC, REBUILD_CHECK, 1, [f"report.py --check could not run ({short(str(e), 200)})"])
         return
     lines = (proc.stderr or proc.stdout).strip().splitlines()
     said = lines[-1] if lines else f"report.py --check exited {proc.returncode} without a word"
-    C.add("-", IDENTITY, REBUILD_CHECK, 1, [] if proc.returncode == 0 else [short(said, 600)],
+    C.add("-", ARITHMETIC, REBUILD_CHECK, 1, [] if proc.returncode == 0 else [short(said, 600)],
           note="the page this checkout's report.py builds from the evidence; audit with the commit the evidence cites")
 
 

@@ -9,6 +9,7 @@ import ast
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -645,7 +646,8 @@ def tiny_harness_evidence(out):
     _write(out / "private/harness/tasks/arith.jsonl", task_text)
     _write(out / "private/harness/run.json", {"experiment": "harness", "run_id": RUN_ID})
     _write(out / "run.log", "library chatter\n")
-    _write(out / "report.html", TINY_REPORT)
+    from evidence_report import page        # every audit rebuilds the page from the evidence: report.py's own
+    page.write(out)
     return seal(out)
 
 
@@ -676,9 +678,6 @@ def seal(out, experiments=("harness",)):
 
 def test_harness_rule_runs_every_shared_group(tmp_path):
     out = tiny_harness_evidence(tmp_path / "O")
-    from evidence_report import page        # the identity level rebuilds the page: give it report.py's own
-    page.write(out)
-    seal(out)
     rep = driver.audit(out, ("arithmetic", "identity"))
     rows = {r["check"]: r for r in rep["checks"] if r["experiment"] == "harness"}
     # no model here, so the identity rows that need one cannot run: INCOMPLETE (exit 1), never FAIL
@@ -784,7 +783,9 @@ def test_sealed_tiny_evidence_passes_every_manifest_row_and_the_report_page(tmp_
                  "run id (MANIFEST.json, environment.json, identity.json, private run.json)",
                  "private files match MANIFEST.json (count, sha256)", "report.html (run id, every number cell)"):
         assert rows[name]["status"] == "PASS", (name, rows)
-    assert rows["report.html (run id, every number cell)"]["items"] == 4
+    cells = len(re.findall(r"<td[^>]* data-src=", (out / "report.html").read_text()))
+    assert rows["report.html (run id, every number cell)"]["items"] == cells + 1 > 4      # the run id, every cell
+    assert rows["report.html rebuilt from the evidence (report.py --check, byte for byte)"]["level"] == "arithmetic"
     assert rep["run_id"] == RUN_ID
 
 
@@ -915,6 +916,42 @@ def test_reseal_restores_a_clean_manifest(tmp_path):
     out = tiny_harness_evidence(tmp_path / "O")
     before = json.loads((out / "MANIFEST.json").read_text())
     assert manifest_level.reseal(out) == before
+
+
+PAGE_LOOKALIKES = {
+    # what the cell whitelist cannot see; the page is rebuilt from public evidence at the arithmetic level
+    "cell pointed at another field of equal value": (
+        'data-src="harness/summary.json#leaderboard.tasks.arith.score"', 'data-src="harness/summary.json#leaderboard.overall"'),
+    "label swap": ("<th>latency s (task total)</th><th>latency s (mean)</th>",
+                   "<th>latency s (mean)</th><th>latency s (task total)</th>"),
+    "full-width decimal point": (">0.5000<", ">0\uff0e5000<"),
+    "zero-width space in a number": (">0.5000<", ">0.\u200b5000<"),
+    "letter O for zero": (">0.5000<", ">O.5OOO<"),
+    "a table hidden in a closed <details>": ("<table", "<details><table"),
+    "an integer in prose": ("to 4 decimals", "to 6 decimals"),
+}
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=() if k == "full-width decimal point" else pytest.mark.slow)
+                                  for k in sorted(PAGE_LOOKALIKES)])        # one fast, each ~7 s: audit.py twice
+def test_page_look_alikes_fail_every_audit_and_public_only(tmp_path, kind):
+    """The hostile tester's page edits (resealed: MANIFEST.json lists the edited page's hash) passed the default audit
+    and --public-only: only the identity level rebuilt the page. Now every audit rebuilds it."""
+    out = tiny_harness_evidence(tmp_path / "O")
+    old, new = PAGE_LOOKALIKES[kind]
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert old in page, kind
+    (out / "report.html").write_text(page.replace(old, new, 1), encoding="utf-8")
+    seal(out)
+    rebuilt = "report.html rebuilt from the evidence (report.py --check, byte for byte)"
+    for args in ((), ("--public-only",)):
+        if args:
+            shutil.rmtree(out / "private", ignore_errors=True)
+            seal(out)
+        proc = audit(out, *args, "--report", tmp_path / "a.json")
+        rows = {r["check"]: r for r in json.loads((tmp_path / "a.json").read_text())["checks"]}
+        assert proc.returncode == 1 and rows[rebuilt]["status"] == "FAIL", (kind, args, rows[rebuilt])
+        assert rows[rebuilt]["level"] == "arithmetic"
 
 
 def test_missing_private_is_incomplete_unless_public_only(tmp_path):
