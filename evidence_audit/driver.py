@@ -317,16 +317,26 @@ def private_leak_check(C, out):
 
 
 DP_MODES = {"distributed": ("rank", "host", "pid", "wall_s", "peak_rss_bytes"),
-            "replay": ("shard", "run_id", "host", "cpu", "peak_rss_bytes")}
+            "replay": ("shard", "run_id", "host", "cpu", "peak_rss_bytes", "git_commit", "git_dirty", "kernels")}
+# a merge written before each shard's commit and kernels were recorded (launch.with_rank_environment)
+DP_REPLAY_BEFORE = ("shard", "run_id", "host", "cpu", "peak_rss_bytes")
 
 
 def rank_problems(k, mode, r):
     """One entry of environment.json data_parallel.ranks (launch.with_rank_environment, written again): its fields,
     its place (rank k, or shard k + 1), a non-negative wall time and peak RSS."""
     where = f"environment.json data_parallel.ranks[{k}]"
-    if not isinstance(r, dict) or set(r) != set(DP_MODES[mode]):
+    if not isinstance(r, dict) or (set(r) != set(DP_MODES[mode]) and not (mode == "replay"
+                                                                         and set(r) == set(DP_REPLAY_BEFORE))):
         return [f"{where}: expected the fields {', '.join(DP_MODES[mode])}, found {short(r, 80)}"]
     bad = []
+    if "git_commit" in r and not (r["git_commit"] is None or (isinstance(r["git_commit"], str)
+                                                              and re.fullmatch(r"[0-9a-f]{7,64}", r["git_commit"]))):
+        bad.append(f"{where} git_commit: {short(r['git_commit'])} is not a git commit")
+    if "git_dirty" in r and r["git_dirty"] not in (True, False, None):
+        bad.append(f"{where} git_dirty: {short(r['git_dirty'])} is not true, false or null")
+    if "kernels" in r and not (isinstance(r["kernels"], str) and len(r["kernels"]) <= 2000):
+        bad.append(f"{where} kernels: {short(r['kernels'])} is not a kernel summary line")
     place, want = ("rank", k) if mode == "distributed" else ("shard", k + 1)
     if not (is_int(r[place]) and r[place] == want):
         bad.append(f"{where} {place}: {short(r[place])}, expected {want}")

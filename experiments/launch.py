@@ -46,6 +46,9 @@ def plan_for(args, defaults):
                                 f"run.py's {sorted(scoring_args(args))}; merge with the code that wrote the shards")
         for k, v in shard_args.items():
             setattr(args, k, v)
+        mixed = shards.mixed_machines(docs)
+        if mixed:
+            print(f"note: {mixed}; environment.json data_parallel.ranks records each shard's", file=sys.stderr)
         return parallel.Plan(mode="replay", world=docs[0][1]["shard"]["n"], launcher="shards",
                              replay=shards.replay_table(docs),
                              shard_runs=[{"shard": doc["shard"]["k"], **doc["run"]} for _, doc in docs]), docs
@@ -157,8 +160,10 @@ def with_rank_environment(plan, env, started):
                                            "wall_s": round(time.perf_counter() - started, 4),
                                            "peak_rss_bytes": peak_rss_bytes()})
     else:
+        # every shard's machine and code, not only the merging one's: shards may come from other CPUs or commits
         ranks = [{"shard": r["shard"], "run_id": r["run_id"], "host": r["experiments"] and
                   next(iter(r["experiments"].values())).get("host"), "cpu": r["environment"].get("cpu"),
                   "peak_rss_bytes": max((e.get("peak_rss_bytes") or 0 for e in r["experiments"].values()),
-                                        default=None)} for r in plan.shard_runs]
+                                        default=None), **shards.shard_machine(r["environment"])}
+                 for r in plan.shard_runs]
     return {**env, "data_parallel": {**parallel.describe(plan), "ranks": ranks}}

@@ -21,7 +21,7 @@ import math
 import re
 from pathlib import Path
 
-from experiments.evidence import EVIDENCE_FORMAT, FORMAT_KEY, stamped
+from experiments.evidence import EVIDENCE_FORMAT, FORMAT_KEY, KERNEL_ENV, kernel_summary, stamped
 from resources import ResourceError, atomic_write_text
 
 NAME = "SHARD.json"
@@ -129,6 +129,12 @@ def run_facts_problem(doc):
         need(isinstance(env, dict), "run.environment", env, "an object")
         need(isinstance(env.get("cpu"), str) and len(env["cpu"]) <= MAX_TEXT, "run.environment.cpu", env.get("cpu"),
              f"a string of at most {MAX_TEXT} characters")
+        commit = env.get("git_commit")
+        need(commit is None or (isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{7,64}", commit) is not None),
+             "run.environment.git_commit", commit, "a git commit (hex) or null")
+        need(env.get("git_dirty") in (True, False, None), "run.environment.git_dirty", env.get("git_dirty"),
+             "true, false or null")
+        kernels_problem(env.get("kernels"))
         runs = run.get("experiments")
         need(isinstance(runs, dict) and runs and set(runs) == set(results), "run.experiments",
              sorted(runs) if isinstance(runs, dict) else runs,
@@ -138,6 +144,43 @@ def run_facts_problem(doc):
     except Bad as e:
         return e.args
     return None
+
+
+def kernels_problem(kernels):
+    """Bad for a shard's environment.kernels that is not as evidence.kernel_identity writes the parts a merge
+    copies (the capability torch chose, its thread count, the kernel variables set)."""
+    need(isinstance(kernels, dict), "run.environment.kernels", kernels, "an object")
+    cap, threads, env = kernels.get("torch_cpu_capability"), kernels.get("torch_threads"), kernels.get("env")
+    need(isinstance(cap, str) and len(cap) <= MAX_TEXT, "run.environment.kernels.torch_cpu_capability", cap,
+         f"a string of at most {MAX_TEXT} characters")
+    need(is_int(threads) and 0 < threads <= 1 << 16, "run.environment.kernels.torch_threads", threads,
+         "a positive thread count")
+    need(isinstance(env, dict) and set(env) <= set(KERNEL_ENV)
+         and all(v is None or (isinstance(v, str) and len(v) <= MAX_TEXT) for v in env.values()),
+         "run.environment.kernels.env", env, "the kernel variables evidence.KERNEL_ENV names, each a short string or null")
+
+
+def shard_machine(env):
+    """What a merged environment.json records of one shard's machine and code: the commit, whether it was dirty, and
+    the kernels its scores came from (one line: evidence.kernel_summary)."""
+    return {"git_commit": env.get("git_commit"), "git_dirty": env.get("git_dirty"),
+            "kernels": kernel_summary(env["kernels"])}
+
+
+def mixed_machines(docs):
+    """A sentence when the shards' scores came from different commits or kernels (allowed: the identity holds the
+    code hash; said, and recorded per shard), else None."""
+    said = []
+    for what, key in (("commits", "git_commit"), ("kernels", "kernels")):
+        seen = {}
+        for d, doc in docs:
+            env = doc["run"]["environment"]
+            value = kernel_summary(env["kernels"]) if key == "kernels" else env.get(key)
+            seen.setdefault(value, d)
+        if len(seen) > 1:
+            said.append(f"the shards were made at {len(seen)} different {what} "
+                        f"({'; '.join(f'{v} ({d})' for v, d in list(seen.items())[:3])})")
+    return "; ".join(said) or None
 
 
 def check_rank_facts(field, facts, rank, calls):

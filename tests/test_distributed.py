@@ -322,6 +322,11 @@ def test_shards_merged_give_the_one_process_evidence(one_process, two_shards, pr
     same_evidence_as_one_process(out, one_process)
     env = json.loads((out / "environment.json").read_text())["data_parallel"]
     assert (env["mode"], env["world_size"], [r["shard"] for r in env["ranks"]]) == ("replay", 2, [1, 2])
+    shard_envs = [json.loads((o / "SHARD.json").read_text())["run"]["environment"] for o in two_shards]
+    assert [(r["git_commit"], r["git_dirty"]) for r in env["ranks"]] == \
+        [(e["git_commit"], e["git_dirty"]) for e in shard_envs]                     # every shard's commit
+    assert all(r["kernels"].startswith(f"torch {e['kernels']['torch_cpu_capability']}, ")
+               for r, e in zip(env["ranks"], shard_envs))
     whole_batches_on_rank_0(out)
     written = sorted((o / "extraction.preregistration.json").read_text() for o in two_shards)
     assert (out / "extraction.preregistration.json").read_text() in written     # a shard's, never remade
@@ -341,6 +346,34 @@ def test_shards_merged_give_the_one_process_evidence(one_process, two_shards, pr
     assert run_cli("audit.py", forged, "--cache", prepared_cache).returncode == 0       # the partition still holds
     proc = run_cli("audit.py", forged, "--tokens", "--cache", prepared_cache)
     assert proc.returncode == 1 and "ranks took whole batches" in proc.stdout and "FAIL" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
+def test_a_merge_records_and_names_shards_from_other_kernels_and_commits(two_shards, prepared_cache, tmp_path):
+    """A shard made under ATEN_CPU_CAPABILITY=default at another commit, beside one made here: the merge says so and
+    environment.json records each shard's kernels and commit (not only the merging machine's)."""
+    other = tmp_path / "other"
+    shutil.copytree(two_shards[1], other)
+    doc = json.loads((other / "SHARD.json").read_text())
+    env = doc["run"]["environment"]
+    env["kernels"]["torch_cpu_capability"] = "default"
+    env["kernels"]["env"]["ATEN_CPU_CAPABILITY"] = "default"
+    env["git_commit"] = "0123456789abcdef0123456789abcdef01234567"
+    (other / "SHARD.json").write_text(json.dumps(doc))
+    out = tmp_path / "merged"
+    proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--merge", two_shards[0], other)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert "different commits" in proc.stderr and "different kernels" in proc.stderr, proc.stderr
+    ranks = json.loads((out / "environment.json").read_text())["data_parallel"]["ranks"]
+    assert ranks[1]["git_commit"] == env["git_commit"] and ranks[0]["git_commit"] != env["git_commit"]
+    assert ranks[1]["kernels"].startswith("torch default, ") and "ATEN_CPU_CAPABILITY=default" in ranks[1]["kernels"]
+    assert not ranks[0]["kernels"].startswith("torch default")
+    proc = run_cli("audit.py", out, "--cache", prepared_cache)          # the arithmetic level reads the ranks
+    assert proc.returncode == 0 and "RESULT: PASS" in proc.stdout, proc.stdout[-3000:]
+    doc["run"]["environment"]["kernels"]["env"]["LD_PRELOAD"] = "x"          # not a kernel variable: refused
+    (other / "SHARD.json").write_text(json.dumps(doc))
+    proc = run_cli("run.py", "--cache", prepared_cache, "--out", tmp_path / "m2", "--merge", two_shards[0], other)
+    assert "run.environment.kernels.env" in one_error_line(proc)
 
 
 def one_error_line(proc):
