@@ -298,8 +298,47 @@ def page_rebuild_check(C, out, timeout_s=600):
         return
     lines = (proc.stderr or proc.stdout).strip().splitlines()
     said = lines[-1] if lines else f"report.py --check exited {proc.returncode} without a word"
+    other = None if proc.returncode == 0 else other_builder(out)
+    if other:       # another builder may lay the same evidence out otherwise: not a difference this audit can decide
+        C.skip("-", ARITHMETIC, REBUILD_CHECK, f"{short(said, 300)}; but {other}: audit with the commit the "
+                                              "evidence cites to decide")
+        return
     C.add("-", ARITHMETIC, REBUILD_CHECK, 1, [] if proc.returncode == 0 else [short(said, 600)],
           note="the page this checkout's report.py builds from the evidence; audit with the commit the evidence cites")
+
+
+BUILDER = ("report.py", "registry.py", "evidence_report")    # what builds the page (evidence_report imports only these)
+
+
+def other_builder(out):
+    """Why this checkout's page builder may not be the one that wrote the evidence (then a rebuilt page that differs
+    proves nothing), or None when it is: this checkout is the commit environment.json names, that run was clean,
+    and the builder's files are unmodified here."""
+    repo = REPORT_PY.parent
+    try:
+        env = read_json(out / "environment.json")
+    except Unreadable:
+        env = None
+    cited = env.get("git_commit") if isinstance(env, dict) else None
+    if not isinstance(cited, str) or not re.fullmatch(r"[0-9a-f]{7,64}", cited):
+        return "environment.json names no commit"
+    if env.get("git_dirty") is not False:
+        return f"the run's checkout (commit {cited[:12]}) had uncommitted changes"
+
+    def git(*args):
+        try:
+            got = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return got.stdout.strip() if got.returncode == 0 else None
+    here = git("rev-parse", "HEAD")
+    if here is None:
+        return "this checkout is not a git repository"
+    if here != cited:
+        return f"the evidence was made at commit {cited[:12]} and this checkout is {here[:12]}"
+    if git("status", "--porcelain", "--", *BUILDER):
+        return f"this checkout's page builder ({', '.join(BUILDER)}) has uncommitted changes"
+    return None
 
 
 def parse(path):

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -932,12 +933,40 @@ PAGE_LOOKALIKES = {
 }
 
 
+HEAD = subprocess.run(["git", "rev-parse", "HEAD"], cwd=conftest.REPO, capture_output=True, text=True).stdout.strip()
+
+
+def made_at(out, commit):
+    """The tiny evidence as if run.py had written it at `commit` (environment.json and identity.json agree), resealed."""
+    _edit(out / "environment.json", lambda e: e.update(git_commit=commit, git_dirty=False))
+    _edit(out / "harness/identity.json", lambda i: i.update(git_commit=commit, git_dirty=False))
+    from evidence_report import page        # the page shows the commit: report.py's own page again
+    page.write(out)
+    seal(out)
+
+
+def test_a_page_from_another_builder_is_undecided_never_failed_nor_passed(tmp_path):
+    """A page that differs from this checkout's build, in evidence made at another commit: another report.py may lay
+    the same evidence out otherwise, so the row says it cannot decide (INCOMPLETE, exit 1) and names both commits."""
+    out = tiny_harness_evidence(tmp_path / "O")
+    made_at(out, "f" * 40)
+    page = (out / "report.html").read_text(encoding="utf-8")
+    (out / "report.html").write_text(page.replace("to 4 decimals", "to 6 decimals"), encoding="utf-8")
+    seal(out)
+    proc = audit(out, "--report", tmp_path / "a.json")
+    rep = json.loads((tmp_path / "a.json").read_text())
+    row = next(r for r in rep["checks"] if r["check"].startswith("report.html rebuilt"))
+    assert proc.returncode == 1 and row["status"] == "SKIPPED" and rep["result"].startswith("INCOMPLETE"), row
+    assert f"made at commit {'f' * 12} and this checkout is {HEAD[:12]}" in row["note"], row["note"]
+
+
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=() if k == "full-width decimal point" else pytest.mark.slow)
                                   for k in sorted(PAGE_LOOKALIKES)])        # one fast, each ~7 s: audit.py twice
 def test_page_look_alikes_fail_every_audit_and_public_only(tmp_path, kind):
     """The hostile tester's page edits (resealed: MANIFEST.json lists the edited page's hash) passed the default audit
     and --public-only: only the identity level rebuilt the page. Now every audit rebuilds it."""
     out = tiny_harness_evidence(tmp_path / "O")
+    made_at(out, HEAD)              # the evidence cites this checkout's commit: its builder decides
     old, new = PAGE_LOOKALIKES[kind]
     page = (out / "report.html").read_text(encoding="utf-8")
     assert old in page, kind
