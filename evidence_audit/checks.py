@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -156,14 +157,16 @@ CHECK_WIDTH = 72      # the check column of the console table; audit.json holds 
 
 
 def print_report(report, stream=None, levels_say=LEVELS_SAY):
-    """One line per check group: experiment, level, check (cut with an ellipsis to CHECK_WIDTH), items, status,
+    """One line per check group: experiment, level, check (wrapped at CHECK_WIDTH), items, status,
     then the first failure (FAIL) or the note (SKIPPED, a forward-level figure, an upper-case warning)."""
     stream = stream or sys.stdout       # looked up per call: a default bound at import would miss a redirection
     p = lambda s="": print(s, file=stream)  # noqa: E731
     p(f"audit of {report['evidence']} (levels requested: {', '.join(report['levels'])})")
     p(f"{'experiment':<10} {'level':<10} {'check':<{CHECK_WIDTH}} {'items':>5}  status")
     for r in report["checks"]:
-        line = (f"{r['experiment']:<10} {r['level']:<10} {cut(r['check'], CHECK_WIDTH):<{CHECK_WIDTH}} "
+        # a long check name wraps in its column (the rest on the lines below), never cut: a reader sees all of it
+        name = textwrap.wrap(r["check"], CHECK_WIDTH, break_long_words=True) or [""]
+        line = (f"{r['experiment']:<10} {r['level']:<10} {name[0]:<{CHECK_WIDTH}} "
                 f"{r['items']:>5}  {r['status']}")
         if r["status"] == "FAIL":
             more = f" (+{r['n_failures'] - 1} more)" if r["n_failures"] > 1 else ""
@@ -172,6 +175,8 @@ def print_report(report, stream=None, levels_say=LEVELS_SAY):
                            or r["note"].isupper()):
             line += f"  {r['note']}"
         p(line)
+        for more in name[1:]:
+            p(f"{'':<10} {'':<10} {more}")
     p(levels_say)
     verdict = report.get("result") or ("PASS" if report["exit_code"] == 0 else "FAIL")
     if report.get("headline_note"):

@@ -458,16 +458,18 @@ def _report(names, status="PASS"):
             "n_skipped": 0, "n_skipped_requested": 0, "exit_code": 0}
 
 
-def test_report_table_cuts_long_check_names_with_an_ellipsis():
+def test_report_table_wraps_long_check_names_in_their_column():
     long_name = "config consistency (conditions, pi, comparisons, tie rule, selection, official task, identity)"
     out = io.StringIO()
-    audit_checks.print_report(_report(["required files", long_name]), out)
+    audit_checks.print_report(_report(["required files", long_name, "x"]), out)
     lines = out.getvalue().splitlines()
-    short_line, long_line = lines[2], lines[3]
-    assert "…" not in short_line and "required files" in short_line
-    cut = long_name[:audit_checks.CHECK_WIDTH - 1] + "…"
-    assert cut in long_line and long_name not in long_line
+    short_line, long_line, rest, after = lines[2], lines[3], lines[4], lines[5]
+    assert "…" not in out.getvalue() and "required files" in short_line
     assert short_line.index("PASS") == long_line.index("PASS")      # the columns stay aligned
+    column = short_line.index("required files")
+    assert rest[:column].strip() == "" and " ".join([long_line[column:long_line.index(" 2  PASS")].strip(),
+                                                     rest[column:].strip()]) == long_name
+    assert after[column:].startswith("x ")
 
 
 def test_short_marks_every_cut_with_an_ellipsis():
