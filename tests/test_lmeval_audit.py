@@ -156,6 +156,16 @@ def test_default_report_goes_to_run_dir_audit_json_and_is_ignored_by_discovery(t
     assert main(["--lm-eval", str(tmp_path)]) == 0         # the audit.json it wrote is not taken for lm-eval output
 
 
+def test_a_tampered_resps_message_shows_the_recomputed_value(tmp_path):
+    samples = toy_samples()
+    samples[1]["resps"][0][0][0] = "-0.25"               # filtered_resps kept: take_first no longer gives it
+    write_run(tmp_path / "run", samples)
+    code, report = audit(tmp_path, tmp_path / "run")
+    said = failures(report, "per-sample")
+    assert code == 1 and any("filtered_resps[0]: recorded ['-2.0', 'False'], recomputed ['-0.25', 'False'] "
+                             "(take_first of resps[0])" in f for f in said), said
+
+
 def test_several_runs_in_one_output_path_and_unpaired_files_are_named(tmp_path):
     later = "2026-01-02T09-00-00.000001"
     d = write_run(tmp_path, toy_samples())

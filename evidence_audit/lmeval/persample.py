@@ -110,7 +110,9 @@ def mc_sample(t, s, bad, skipped, delim):
         return
     for i, (resp, fil) in enumerate(zip(r["resps"], r["filtered_resps"])):
         if not (isinstance(resp, list) and resp and same(resp[0], fil)):
-            bad.append(f"{s.where} filtered_resps[{i}]: recorded {str(fil)[:60]}, recomputed take_first of resps[{i}]")
+            took = str(resp[0])[:60] if isinstance(resp, list) and resp else f"nothing (resps[{i}] is empty)"
+            bad.append(f"{s.where} filtered_resps[{i}]: recorded {str(fil)[:60]}, recomputed {took} (take_first of "
+                       f"resps[{i}])")
     parsed = [fmt.loglikelihood(t.path, s, v, f"filtered_resps[{i}]") for i, v in enumerate(r["filtered_resps"])]
     requests, at_cond, at_unc = s.requests, list(range(len(s.requests))), None
     if "acc_mutual_info" in r["metrics"]:
@@ -151,8 +153,9 @@ def loglikelihood_sample(t, s, bad, skipped):
         bad.append(f"{s.where} resps: expected one request and one response")
         return
     if not (isinstance(r["resps"][0], list) and r["resps"][0] and same(r["resps"][0][0], r["filtered_resps"][0])):
-        bad.append(f"{s.where} filtered_resps[0]: recorded {str(r['filtered_resps'][0])[:60]}, recomputed take_first "
-                   "of resps[0]")
+        took = str(r["resps"][0][0])[:60] if isinstance(r["resps"][0], list) and r["resps"][0] else "nothing"
+        bad.append(f"{s.where} filtered_resps[0]: recorded {str(r['filtered_resps'][0])[:60]}, recomputed {took} "
+                   "(take_first of resps[0])")
     ll, greedy = fmt.loglikelihood(t.path, s, r["filtered_resps"][0], "filtered_resps[0]")
     expect(bad, s.where, "arguments.gen_args_0.arg_1", s.requests[0][1], r["target"], "the request's continuation is "
                                                                                       "the target")
