@@ -22,7 +22,8 @@ Three processes, all trusted until the last one runs the code:
     2. no_new_privs, then Landlock where the kernel has it (read-only: the Python installation, /usr/lib(64)
        under bwrap; read-write: /work or the working directory; TCP refused; signals and abstract unix sockets
        scoped to the sandbox);
-    3. seccomp: fork, vfork, clone, clone3 refused (no process, no thread), x32 and foreign-arch calls killed;
+    3. seccomp: fork, vfork, clone, clone3 refused (no process, no thread; with "threads", clone of a thread
+       allowed), x32 and foreign-arch calls killed;
     4. resource limits: CPU seconds, address space, no new processes, file size, open files, no core;
     5. one status line to the parent ("ready" + which layers are active) before the untrusted code runs, so the
        untrusted code cannot fake a set-up failure.
@@ -42,9 +43,11 @@ import sys
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x04000000, 0x08000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_SECCOMP = 38, 1, 36, 22
-CLONE_NEWPID = 0x20000000
+CLONE_NEWPID, CLONE_THREAD = 0x20000000, 0x00010000
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 NOBODY = 65534
+DEV_NULL = "/dev/null"
+USR_LIBS = ("/usr/lib", "/usr/lib64")   # the shared libraries libraries link (import_dirs only; bubblewrap: always)
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -61,15 +64,29 @@ def mount(src, target, fstype, flags, data=None):
     check(libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
-def enter_namespaces_and_jail(jail, python_prefix, tmpfs_bytes):
-    """New net/mount/ipc/uts namespaces, a tmpfs root with the Python installation read-only, chroot."""
+def enter_namespaces_and_jail(jail, python_prefix, tmpfs_bytes, imports=()):
+    """New net/mount/ipc/uts namespaces, a tmpfs root with the Python installation (and each of `imports`, the
+    [outside, inside] pairs of import_dirs, at its inside path) read-only, chroot."""
     check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount is seen outside, and vice versa
     mount("tmpfs", jail, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_bytes},nr_inodes=4096,mode=0755")
-    inside = jail + python_prefix
-    os.makedirs(inside, mode=0o755)
-    mount(python_prefix, inside, None, MS_BIND)
-    mount(None, inside, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for outside, where in [(python_prefix, python_prefix), *imports]:
+        inside = jail + where
+        os.makedirs(inside, mode=0o755)
+        mount(outside, inside, None, MS_BIND | MS_REC)
+        mount(None, inside, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    if imports:     # libraries: the shared libraries they link (as bubblewrap binds them), and os.devnull, which
+        # dill opens at import: the one device, bound from the host
+        for lib in [d for d in USR_LIBS if os.path.isdir(d)]:
+            os.makedirs(jail + lib, mode=0o755)
+            mount(lib, jail + lib, None, MS_BIND | MS_REC)
+            mount(None, jail + lib, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        for link in ("/lib", "/lib64"):
+            if os.path.islink(link):
+                os.symlink(os.readlink(link), jail + link)
+        os.makedirs(jail + "/dev", mode=0o755)
+        open(jail + DEV_NULL, "w").close()
+        mount(DEV_NULL, jail + DEV_NULL, None, MS_BIND)
     os.mkdir(jail + "/work", 0o700)
     os.chown(jail + "/work", NOBODY, NOBODY)
     os.chroot(jail)
@@ -106,10 +123,10 @@ def bwrap_work(tmpfs_bytes):
     return (["work-tmpfs-inode-cap"] if mounted else []) + ["uid-nobody", "no-capabilities"]
 
 
-def landlock(read_only, read_write):
-    """Allow read on `read_only`, read/write on `read_write`, nothing else on any filesystem; refuse TCP
-    bind/connect (ABI >= 4); scope signals and abstract unix sockets to this sandbox (ABI >= 6).
-    Returns the list of layers applied ([] when the kernel has no Landlock)."""
+def landlock(read_only, read_write, files=()):
+    """Allow read on `read_only`, read/write on `read_write` and on the files `files` (/dev/null), nothing else on
+    any filesystem; refuse TCP bind/connect (ABI >= 4); scope signals and abstract unix sockets to this sandbox
+    (ABI >= 6). Returns the list of layers applied ([] when the kernel has no Landlock)."""
     syscall = libc.syscall
     syscall.restype = ctypes.c_long
     abi = syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
@@ -128,7 +145,9 @@ def landlock(read_only, read_write):
         _pack_ = 1
         _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
-    for path, access in [(p, read) for p in read_only] + [(p, write) for p in read_write]:
+    read_write_file = (1 << 1) | (1 << 2) | (1 << 14 if abi >= 3 else 0)     # WRITE_FILE | READ_FILE | TRUNCATE
+    for path, access in [(p, read) for p in read_only] + [(p, write) for p in read_write] + \
+            [(p, read_write_file) for p in files]:
         pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         rule = PathBeneath(access, pfd)
         ret = syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0))
@@ -141,20 +160,28 @@ def landlock(read_only, read_write):
     return ["landlock-fs"] + (["landlock-tcp"] if abi >= 4 else []) + (["landlock-scope"] if abi >= 6 else [])
 
 
-def no_fork_filter():
+def no_fork_filter(threads=False):
     """seccomp (x86_64): fork, vfork and clone fail with EPERM, clone3 with ENOSYS (glibc then tries clone), so
     no process or thread can be created, even by root (which RLIMIT_NPROC does not stop, nor does it stop a uid
     that bubblewrap's user namespace maps to root outside); other architectures and x32 calls are killed.
-    Returns the layers applied."""
+    threads=True lets clone make a thread (CLONE_THREAD in its flags: a task that shares this process's memory,
+    signal handlers and thread group, never a new process); every other clone still fails. Returns the layers
+    applied."""
     if os.uname().machine != "x86_64":
         return []
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, errno_, kill = 0x7FFF0000, 0x00050000, 0x80000000
-    program = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, kill),        # arch must be x86_64
-               (ld, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, kill),        # no x32 system calls
-               (jeq, 0, 1, 435), (ret, 0, 0, errno_ | 38),                        # clone3: ENOSYS
-               (jeq, 3, 0, 56), (jeq, 2, 0, 57), (jeq, 1, 0, 58),                 # clone, fork, vfork
-               (ret, 0, 0, allow), (ret, 0, 0, errno_ | 1)]                       # ... EPERM
+    head = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, kill),           # arch must be x86_64
+            (ld, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, kill),           # no x32 system calls
+            (jeq, 0, 1, 435), (ret, 0, 0, errno_ | 38)]                           # clone3: ENOSYS
+    if threads:
+        program = head + [(jeq, 5, 0, 57), (jeq, 4, 0, 58),                      # fork, vfork: EPERM
+                          (jeq, 0, 2, 56), (ld, 0, 0, 16),                        # clone: its flags (args[0])
+                          (jset, 0, 1, CLONE_THREAD),                             # a thread: allowed
+                          (ret, 0, 0, allow), (ret, 0, 0, errno_ | 1)]            # ... else EPERM
+    else:
+        program = head + [(jeq, 3, 0, 56), (jeq, 2, 0, 57), (jeq, 1, 0, 58),      # clone, fork, vfork
+                          (ret, 0, 0, allow), (ret, 0, 0, errno_ | 1)]            # ... EPERM
 
     class Filter(ctypes.Structure):
         _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
@@ -165,14 +192,15 @@ def no_fork_filter():
     filters = (Filter * len(program))(*[Filter(*op) for op in program])
     prog = Program(len(program), filters)
     check(libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(prog), 0, 0), "prctl(SECCOMP)")
-    return ["seccomp-nofork"]
+    return ["seccomp-threads-only" if threads else "seccomp-nofork"]
 
 
 def set_limits(lim):
     cpu = lim["cpu_s"]
     for res, value in [(resource.RLIMIT_CPU, (cpu, cpu + 1)),  # soft: SIGXCPU (catchable); hard: SIGKILL
                        (resource.RLIMIT_AS, (lim["memory_bytes"],) * 2),
-                       (resource.RLIMIT_NPROC, (lim.get("nproc", 0),) * 2),  # no fork, no threads (ignored for root)
+                       # no fork, no threads (ignored for root); "threads": N tasks of this uid (seccomp: threads only)
+                       (resource.RLIMIT_NPROC, (lim.get("threads") or lim.get("nproc", 0),) * 2),
                        (resource.RLIMIT_FSIZE, (lim["fsize_bytes"],) * 2),
                        (resource.RLIMIT_NOFILE, (lim["nofile"],) * 2),
                        (resource.RLIMIT_CORE, (0, 0))]:
@@ -183,8 +211,9 @@ def set_up(req):
     """Everything in the worker before the untrusted code. Returns the isolation report; raises on any failure."""
     mode, layers = req["mode"], []
     python_prefix = os.path.realpath(sys.base_prefix)
+    imports = [tuple(pair) for pair in req.get("imports", [])]
     if mode == "namespaces":
-        enter_namespaces_and_jail(os.getcwd(), python_prefix, req["limits"]["tmpfs_bytes"])
+        enter_namespaces_and_jail(os.getcwd(), python_prefix, req["limits"]["tmpfs_bytes"], imports)
         layers += ["netns", "mountns+chroot", "ipcns", "utsns", "uid-nobody"]
         work, read_only = "/work", [python_prefix]
     elif mode == "bwrap":  # bubblewrap made the namespaces; check the two we rely on most
@@ -197,10 +226,16 @@ def set_up(req):
         work, read_only = "/work", [python_prefix] + [d for d in ("/usr/lib", "/usr/lib64") if os.path.isdir(d)]
     else:
         work, read_only = os.getcwd(), [python_prefix]
+    read_only += [inside for _, inside in imports]
+    if imports and mode != "bwrap":   # under bwrap already there; Landlock alone: the host's, by their real paths
+        read_only += sorted({os.path.realpath(d) for d in (*USR_LIBS, "/lib", "/lib64") if os.path.isdir(d)}
+                            - set(read_only))
+    sys.path += [inside for _, inside in imports]     # the code imports from them (read-only, no .pth files run)
+    layers += ["import-dirs"] if imports else []
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
-    layers += landlock(read_only, [work])
+    layers += landlock(read_only, [work], [DEV_NULL] if imports and os.path.exists(DEV_NULL) else [])
     if req["limits"].get("no_fork", True):
-        layers += no_fork_filter()
+        layers += no_fork_filter(threads=bool(req["limits"].get("threads")))
     network = "netns" if "netns" in layers else "landlock-tcp" if "landlock-tcp" in layers else None
     if network is None:
         raise RuntimeError("no network isolation available: need root (network namespace) or Landlock ABI >= 4")

@@ -38,6 +38,13 @@ What that gives (tests/test_sandbox.py tries each, with a control showing the at
   huge integers, no lone surrogates) and checks the exact shape jail.py writes. Any violation is a 0 score
   with a one-line reason; nothing the child writes can raise in, or stall, the parent.
 
+Three options, off by default (code_exec uses none; the audit's task code, evidence_audit/lmeval/task_code.py, uses
+all three): "import_dirs" (directories, e.g. a site-packages, bound read-only, at /ro/<i>/<their name> where a mount
+namespace is made and at their own path under Landlock alone, and put on the code's sys.path; /usr/lib(64) and
+/dev/null then also reach the jail's modes, as bubblewrap always gives them); "threads": N (the seccomp filter lets
+clone make a thread, CLONE_THREAD, and nothing else; RLIMIT_NPROC is N, counted over the sandbox's uid, ignored for
+root); and run_code(raw=True), which hands back the result line unparsed for a caller with its own strict reader.
+
 The child only ever sees the INPUTS of the io pairs; `score_io_pairs` compares its outputs with the expected
 outputs here, in the parent. Comparison is on canonical JSON (sorted keys): 1 and 1.0 differ, True and 1 differ,
 tuples equal lists.
@@ -113,6 +120,7 @@ class SandboxResult:
     isolation: dict = field(default_factory=dict)
     wall_s: float = 0.0
     returncode: int = None
+    raw: bytes = None             # run_code(raw=True): the result line as the child wrote it, unparsed
 
 
 def _kill_all(proc):
@@ -155,9 +163,23 @@ def _read(proc, lim, t0):
     return buf, "done"
 
 
-def _bwrap_command():
+def import_dirs(lim):
+    """[(directory outside, where the code sees it)] of the limits' "import_dirs": each at /ro/<i>/<its name> under
+    bubblewrap and the namespaces jail (a mount namespace: /work, which may hold it, is the sandbox's own tmpfs; the
+    name is kept because libraries read it: dill pickles a module whose path has "site-packages" by reference), at
+    its own path under Landlock alone. SandboxUnavailable for one that is not an existing absolute directory."""
+    dirs = [os.path.realpath(d) for d in lim.get("import_dirs", ())]
+    bad = [d for d in lim.get("import_dirs", ()) if not (os.path.isabs(d) and os.path.isdir(d))]
+    if bad:
+        raise SandboxUnavailable(f"import_dirs: {bad[0]} is not an existing absolute directory")
+    same = lim["mode"] == "landlock"
+    return [(d, d if same else f"/ro/{i}/{os.path.basename(d)}") for i, d in enumerate(dirs)]
+
+
+def _bwrap_command(imports=()):
     """bubblewrap around jail.py: new PID, mount, network, IPC, UTS and cgroup namespaces (and user, not root),
-    /usr/lib(64) and the Python installation read-only, /dev, an empty /work; no /proc, /etc, /tmp or /home."""
+    /usr/lib(64) and the Python installation read-only, /dev, an empty /work; no /proc, /etc, /tmp or /home.
+    `imports`: import_dirs' pairs, each bound read-only where the code sees it."""
     python, prefix = os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
     binds, made = [], {"/"}
     for path in [d for d in USR_LIBS if os.path.isdir(d)] + [prefix] + \
@@ -176,9 +198,17 @@ def _bwrap_command():
     return [shutil.which("bwrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
             "--hostname", "sandbox", *user,
-            *binds, *links, "--ro-bind", str(JAIL), "/jail/jail.py", "--ro-bind", str(PROCTREE), "/jail/proctree.py",
+            *binds, *links, *_import_binds(imports),
+            "--ro-bind", str(JAIL), "/jail/jail.py", "--ro-bind", str(PROCTREE), "/jail/proctree.py",
             "--dev", "/dev", "--size", "65536", "--tmpfs", "/work", "--chdir", "/work",
             "--", python, "-I", "-S", "-B", "/jail/jail.py"]
+
+
+def _import_binds(imports):
+    """bubblewrap's arguments for import_dirs' pairs: /ro/<i> made world-traversable, each directory bound there."""
+    made = dict.fromkeys(d for _, inside in imports for d in (str(Path(inside).parents[1]), str(Path(inside).parent)))
+    return [*[a for d in made for a in ("--perms", "0755", "--dir", d)],
+            *[a for outside, inside in imports for a in ("--ro-bind", outside, inside)]]
 
 
 @functools.lru_cache(maxsize=1)
@@ -196,17 +226,21 @@ def bwrap_works():
 
 
 def _command(lim):
-    """(argv, mode for jail.py): bubblewrap when mode is bwrap, or auto and bwrap works here; else the jail."""
+    """(argv, mode for jail.py, import_dirs' pairs): bubblewrap when mode is bwrap, or auto and bwrap works here;
+    else the jail (auto: namespaces as root, else landlock, as jail.py decides it)."""
     if lim["mode"] == "bwrap" or (lim["mode"] == "auto" and bwrap_works()):
         if not shutil.which("bwrap"):
             raise SandboxUnavailable("sandbox mode bwrap asked for, but bwrap is not installed")
-        return _bwrap_command(), "bwrap"
-    return [sys.executable, "-I", "-S", "-B", str(JAIL)], lim["mode"]
+        imports = import_dirs({**lim, "mode": "bwrap"})
+        return _bwrap_command(imports), "bwrap", imports
+    mode = lim["mode"] if lim["mode"] != "auto" else "namespaces" if os.geteuid() == 0 else "landlock"
+    return [sys.executable, "-I", "-S", "-B", str(JAIL)], mode, import_dirs({**lim, "mode": mode})
 
 
 def _start(lim, request_fields):
-    argv, mode = _command(lim)
-    request = json.dumps({**request_fields, "limits": lim, "mode": mode, "parent": os.getpid()}).encode()
+    argv, mode, imports = _command(lim)
+    request = json.dumps({**request_fields, "limits": lim, "mode": mode, "parent": os.getpid(),
+                          "imports": imports}).encode()
     workdir = tempfile.mkdtemp(prefix=f"harness-sandbox-{os.getpid()}-")
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             cwd=workdir, env={}, start_new_session=True, close_fds=True)
@@ -222,8 +256,11 @@ def _start(lim, request_fields):
     return proc, workdir
 
 
-def run_code(code, inputs, limits=None):
-    """Run `code` confined, call f on each input (JSON values); return a SandboxResult."""
+def run_code(code, inputs, limits=None, raw=False):
+    """Run `code` confined, call f on each input (JSON values); return a SandboxResult. raw=True leaves the result
+    line unparsed (SandboxResult.raw, at most result_max_bytes): for a caller that reads it with its own strict,
+    bounded parser (the audit's task code: evidence_audit/reading.py), since read_result's strict_json caps a line
+    at 1 MiB."""
     lim = {**DEFAULT_LIMITS, **(limits or {})}
     t0 = time.monotonic()
     proc, workdir = _start(lim, {"code": code, "inputs": [json.dumps(x, sort_keys=True) for x in inputs]})
@@ -251,6 +288,9 @@ def run_code(code, inputs, limits=None):
         res.error = f"result larger than {lim['result_max_bytes']} bytes"
     elif outcome == "timeout":
         res.error = f"wall-clock timeout after {lim['wall_s']} s"
+    elif raw:
+        res.raw = rest
+        res.error = None if rest.strip() else f"no result (exit {proc.returncode}{_exit_reason(proc.returncode)})"
     else:
         res.outputs, res.error = read_result(rest, len(inputs), proc.returncode)
     return res

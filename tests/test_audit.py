@@ -113,17 +113,86 @@ def test_audit_package_is_scanned_whole():
     assert len(AUDIT.read_text().splitlines()) < 100
 
 
+# The one import of the repository the audit makes beside registry.py: the code sandbox, to run a task's own code
+# (lmeval/task_code.py), function-locally. It is confinement, not a definition the audit checks (the audit's harness
+# rule reads the recorded sandbox outputs and runs no code), and a second copy of its namespaces, Landlock, seccomp
+# and rlimits would be a second thing to get right; test_the_sandbox_the_audit_imports_is_a_leaf keeps it a leaf.
+SANDBOX_IMPORT = (PACKAGE / "lmeval" / "task_code.py", "harness.sandbox")
+# The child side of the task code sandbox is never imported (task_code.py sends its text); it executes the task's
+# file, which is what it is for (test_the_task_code_child_is_never_imported).
+CHILD = PACKAGE / "lmeval" / "task_code_child.py"
+
+
+def _forbidden_imports(path, roots):
+    """The imports of FORBIDDEN roots (and relative ones) of one file, but SANDBOX_IMPORT's in its file."""
+    out = []
+    for r, n in roots:
+        names = [a.name for a in n.names] if isinstance(n, ast.Import) else [f"{n.module}.{a.name}" for a in n.names]
+        if (path, tuple(names)) == (SANDBOX_IMPORT[0], (SANDBOX_IMPORT[1],)):
+            continue
+        if r in FORBIDDEN or r == ".":
+            out.append((r, n.lineno))
+    return out
+
+
 @pytest.mark.parametrize("path", AUDIT_SOURCES, ids=lambda p: p.relative_to(conftest.REPO).as_posix())
 def test_audit_imports_nothing_from_the_repository_or_lm_eval(path):
     roots, dynamic = _imported_roots(ast.parse(path.read_text()))
     # absolute imports only, so that every import names its root: "." could hide anything
-    bad = [(r, n.lineno) for r, n in roots if r in FORBIDDEN or r == "."]
+    bad = _forbidden_imports(path, roots)
     assert not bad, f"{path.name} imports repository/lm_eval modules: {bad}"
-    # no dynamic imports but one: a string naming a forbidden module could hide in any of them. The exception is the
-    # loader of the rules registry.py names, which refuses any module outside evidence_audit.rules
-    # (test_rules_are_loaded_from_the_audit_package_only)
-    allowed = [("import_module", "module")] if path == PACKAGE / "rules" / "__init__.py" else []
+    # no dynamic imports but two: a string naming a forbidden module could hide in any of them. The exceptions are
+    # the loader of the rules registry.py names, which refuses any module outside evidence_audit.rules
+    # (test_rules_are_loaded_from_the_audit_package_only), and the task code child's exec of a task's file
+    allowed = [("import_module", "module")] if path == PACKAGE / "rules" / "__init__.py" else \
+        [("exec", "compile(spec['text'], spec['path'], 'exec')")] if path == CHILD else []
     assert dynamic == allowed, f"{path.name} makes dynamic imports: {dynamic}"
+
+
+def test_the_sandbox_import_is_the_one_exception_and_function_local():
+    """harness.sandbox is imported once, in task_code.py, inside a function: loading the audit (any level, either
+    front-end) loads no module of harness/."""
+    found = []
+    for p in AUDIT_SOURCES:
+        tree = ast.parse(p.read_text())
+        top = {id(n) for n in tree.body}
+        for n in ast.walk(tree):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module or ""] if isinstance(n, ast.ImportFrom) else []
+            if any(m.split(".")[0] == "harness" for m in names):
+                found.append((p.relative_to(conftest.REPO).as_posix(), ast.unparse(n), id(n) in top))
+    assert found == [("evidence_audit/lmeval/task_code.py", "from harness import sandbox", False)], found
+
+
+def test_the_sandbox_the_audit_imports_is_a_leaf():
+    """harness/sandbox.py and what it imports (proctree.py, strict_json.py; jail.py runs as a script) import nothing
+    but the standard library and each other, and harness/__init__.py imports nothing: importing the sandbox loads
+    none of the runner, the harness's scoring or lm_eval."""
+    leaf = {"sandbox", "proctree", "strict_json"}
+    for name in (*leaf, "jail"):
+        tree = ast.parse((conftest.REPO / "harness" / f"{name}.py").read_text())
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Import):
+                mods = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom):
+                mods = [f"{n.module}.{a.name}" if n.module == "harness" else n.module for a in n.names]
+            else:
+                continue
+            for m in mods:
+                assert m.split(".")[0] in sys.stdlib_module_names or (m.startswith("harness.") and
+                                                                      m.split(".")[1] in leaf), (name, m)
+    init = ast.parse((conftest.REPO / "harness" / "__init__.py").read_text())
+    assert not [n for n in ast.walk(init) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def test_the_task_code_child_is_never_imported():
+    """task_code_child.py runs only inside the sandbox (task_code.py reads its text): no module of the audit imports
+    it, and it imports nothing of the repository."""
+    names = [ast.unparse(n) for p in AUDIT_SOURCES for n in ast.walk(ast.parse(p.read_text()))
+             if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not [n for n in names if "task_code_child" in n], names
+    roots, _ = _imported_roots(ast.parse(CHILD.read_text()))
+    assert not [r for r, _ in roots if r in FORBIDDEN | {"evidence_audit", "registry", "."}]
 
 
 def test_rules_are_loaded_from_the_audit_package_only():

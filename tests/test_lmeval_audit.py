@@ -275,7 +275,6 @@ def declare(run_dir, **config):
     ({"num_fewshot": 5, "fewshot_split": "train"}, "draws from split 'train': pass --fewshot-data toy=FILE"),
     ({"num_fewshot": 5, "validation_split": "dev"}, "6 few-shot documents to draw from 3"),   # --data: 3 rows
     ({"num_fewshot": 5, "validation_split": "dev", "fewshot_config": {"sampler": "odd"}}, "sampler 'odd'"),
-    ({"num_fewshot": 1, "validation_split": "dev", "process_docs": "def f(ds): ..."}, "process_docs is set"),
 ])
 def test_a_declared_few_shot_never_switches_the_prompt_check_off(tmp_path, capsys, setting, says):
     write_run(tmp_path / "run", toy_samples())
@@ -288,6 +287,22 @@ def test_a_declared_few_shot_never_switches_the_prompt_check_off(tmp_path, capsy
     assert rows["prompt"]["status"] == "FAIL" and rows["prompt"]["first_failure"].startswith("INCOMPLETE: ")
     assert says in rows["prompt"]["first_failure"]
     assert report["result"].startswith("INCOMPLETE") and "RESULT: PASS" not in capsys.readouterr().out
+
+
+def test_declared_task_code_not_given_is_skipped_as_incomplete_never_passed(tmp_path, capsys):
+    """process_docs is task code (lm-eval logs its source): without --task-code the rows that need it are SKIPPED
+    naming the flag, and the requested identity level makes the verdict INCOMPLETE, never PASS."""
+    write_run(tmp_path / "run", toy_samples())
+    declare(tmp_path / "run", num_fewshot=1, validation_split="dev", process_docs="def f(ds):\n    return ds\n")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"q": i, "label": i % 2}) + "\n" for i in range(3)))
+    code, report = audit(tmp_path, tmp_path / "run", "--tokens", "--data", data)
+    rows = {r["check"].split(" ")[0]: r for r in report["checks"] if r["level"] == "identity"}
+    assert code == 1 and report["n_fail"] == 0 and report["result"].startswith("INCOMPLETE")
+    for name in ("prompt", "each"):
+        assert rows[name]["status"] == "SKIPPED" and rows[name]["requested"], rows[name]
+        assert "process_docs is task code" in rows[name]["note"] and "--task-code" in rows[name]["note"]
+    assert rows["target"]["status"] == "PASS"        # a Jinja doc_to_target on the logged doc needs no code
 
 
 def test_a_forged_target_is_caught_whatever_the_run_declares(tmp_path):

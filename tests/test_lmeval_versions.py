@@ -591,10 +591,11 @@ def test_acc_bytes_in_a_release_without_it_is_not_its_output(tmp_path):
 
 
 def test_a_task_with_process_docs_is_not_failed_for_logging_the_processed_doc(tmp_path):
-    """lm-eval logs process_docs(row) (hellaswag adds a "query" field): the audit does not run task code, so the
-    docs-vs-data row is SKIPPED naming process_docs, and the requested identity level makes the verdict INCOMPLETE,
-    never FAIL (an honest run) nor PASS (a check asked for did not run). The run is made consistent the way lm-eval
-    would have written it: doc_hash and task_hashes follow the processed docs."""
+    """lm-eval logs process_docs(row) (hellaswag adds a "query" field): without the task's code run, the docs-vs-data
+    row is SKIPPED naming process_docs, and the requested identity level makes the verdict INCOMPLETE, never FAIL
+    (an honest run) nor PASS (a check asked for did not run); with --task-code too, since lm-eval logged no source
+    for this function (str of it). The run is made consistent the way lm-eval would have written it: doc_hash and
+    task_hashes follow the processed docs."""
     from evidence_audit.lmeval.docs import doc_hash
     from evidence_audit.reading import sha256_text
 
@@ -614,11 +615,12 @@ def test_a_task_with_process_docs_is_not_failed_for_logging_the_processed_doc(tm
         results["task_hashes"]["versions_mc"] = processed.whole
 
     rewrite(one(run, "results_*.json"), declared)
-    code, report = audit(tmp_path, run, *identity_args("0.4.9.2", ["versions_mc"]))
-    assert report["n_fail"] == 0, [r for r in report["checks"] if r["status"] == "FAIL"]
-    assert code == 1 and report["result"].startswith("INCOMPLETE"), report["result"]
-    row = next(r for r in report["checks"] if r["check"].startswith("each logged doc == the data row"))
-    assert row["status"] == "SKIPPED" and row.get("requested", True) and "process_docs is set" in row["note"], row
+    for more, says in (((), "process_docs is task code"), (("--task-code", tmp_path), "logged no source")):
+        code, report = audit(tmp_path, run, *identity_args("0.4.9.2", ["versions_mc"]), *more)
+        assert report["n_fail"] == 0, [r for r in report["checks"] if r["status"] == "FAIL"]
+        assert code == 1 and report["result"].startswith("INCOMPLETE"), report["result"]
+        row = next(r for r in report["checks"] if r["check"].startswith("each logged doc == the task's process_docs"))
+        assert row["status"] == "SKIPPED" and row.get("requested", True) and says in row["note"], row
 
 
 def test_a_part_of_a_split_presented_as_the_whole_split_fails_at_the_identity_level(tmp_path):

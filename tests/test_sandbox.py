@@ -1071,3 +1071,108 @@ def test_under_bwrap_namespace_calls_may_succeed_but_reveal_no_host_file():
     host_file = str(Path(__file__).resolve())          # this test file: a host file outside the installation
     score, details = run(code, [[host_file, []]], mode="bwrap")
     assert score == 1.0, details
+
+
+# ---- the options the audit's task code uses: import_dirs, threads, raw (evidence_audit/lmeval/task_code.py) -----
+
+IMPORT_AND_WRITE = """
+import os
+import sys
+def f(x):
+    import probe_mod
+    where = os.path.dirname(probe_mod.__file__)
+    try:
+        open(os.path.join(where, "written.txt"), "w").write("pwned")
+        wrote = True
+    except OSError:
+        wrote = False
+    return [probe_mod.VALUE, os.path.basename(where), wrote, sum(p.startswith("/ro/") for p in sys.path) > 0]
+"""
+
+
+@pytest.fixture
+def import_dir(tmp_path):
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "probe_mod.py").write_text("VALUE = 41 + 1\n")
+    lib.chmod(0o777)        # writable by anyone: only the sandbox keeps the code from writing there
+    return lib
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_import_dirs_are_importable_and_read_only(mode, import_dir, world):
+    """A directory given as import_dirs is on the code's sys.path under its own name (at /ro/<i>/ with a mount
+    namespace, at its path under Landlock alone) and cannot be written; without it the module is not there."""
+    from harness.sandbox import run_code
+
+    res = run_code(textwrap.dedent(IMPORT_AND_WRITE), [0], {**LIMITS, "mode": mode, "import_dirs": [str(import_dir)]})
+    assert res.error is None, res.error
+    value = json.loads(res.outputs[0]["value"])
+    assert value[:3] == [42, "site-packages", False], value
+    assert value[3] == (mode != "landlock") and "import-dirs" in res.isolation["layers"]
+    assert not (import_dir / "written.txt").exists()
+    res = run_code(textwrap.dedent(IMPORT_AND_WRITE), [0], {**LIMITS, "mode": mode})
+    assert res.outputs == [{"ok": False, "error": "ModuleNotFoundError"}]
+
+
+def test_an_import_dir_that_is_not_a_directory_refuses_before_running(tmp_path):
+    from harness.sandbox import run_code
+
+    with pytest.raises(SandboxUnavailable, match="not an existing absolute directory"):
+        run_code("def f(x):\n    return x\n", [0], {**LIMITS, "import_dirs": [str(tmp_path / "nothing")]})
+
+
+THREADS_NOT_PROCESSES = """
+import os
+import threading
+def f(x):
+    out = []
+    t = threading.Thread(target=lambda: out.append("thread ran"))
+    try:
+        t.start()
+        t.join()
+    except RuntimeError as e:
+        out.append("no thread")
+    try:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        out.append("forked")
+    except OSError as e:
+        out.append("no fork")
+    return out
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_threads_let_a_thread_start_but_never_a_process(mode, world):
+    """"threads": N lets clone make a thread (CLONE_THREAD) while fork, vfork and every other clone still fail; by
+    default neither starts."""
+    from harness.sandbox import run_code
+
+    code = textwrap.dedent(THREADS_NOT_PROCESSES)
+    res = run_code(code, [0], {**LIMITS, "mode": mode, "threads": 8})
+    assert json.loads(res.outputs[0]["value"]) == ["thread ran", "no fork"], res
+    assert "seccomp-threads-only" in res.isolation["layers"]
+    res = run_code(code, [0], {**LIMITS, "mode": mode})
+    assert json.loads(res.outputs[0]["value"]) == ["no thread", "no fork"], res
+    assert "seccomp-nofork" in res.isolation["layers"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_with_threads_a_subprocess_still_fails(mode, world):
+    assert run(ATTACKS["subprocess spawn"][0], [[None, "pwned"]], mode=mode, threads=8)[0] == 0.0
+    assert run(ATTACKS["os.system writes outside"][0], [[str(world["outside"]), "pwned"]], mode=mode,
+               threads=8)[0] == 0.0
+
+
+def test_raw_returns_the_result_line_unparsed():
+    """raw=True hands the caller the bytes of the result line (bounded by result_max_bytes): a line the harness's
+    own reader would refuse (over strict_json's 1 MiB) arrives whole."""
+    from harness.sandbox import run_code
+
+    res = run_code("def f(x):\n    return 'x' * (3 << 20)\n", [0], {**LIMITS, "result_max_bytes": 8 << 20}, raw=True)
+    assert res.error is None and res.outputs is None and len(res.raw) > 3 << 20
+    assert json.loads(json.loads(res.raw)["outputs"][0]["value"]) == "x" * (3 << 20)
+    res = run_code("def f(x):\n    return 'x' * (3 << 20)\n", [0], {**LIMITS, "result_max_bytes": 1 << 20}, raw=True)
+    assert res.raw is None and "larger than" in res.error

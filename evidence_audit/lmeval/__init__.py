@@ -6,6 +6,7 @@ definitions (nothing here imports lm_eval).
     python audit.py --lm-eval RUN_DIR --tokens --data FILE [--model DIR] # + identity level
                     [--fewshot-data FILE]                               #   few-shot split, when not --data's
                     [--samples FILE|JSON]                               #   the selection of a --samples run
+                    [--task-code DIR]                                   #   a task's own code (process_docs, ...)
     python audit.py --lm-eval RUN_DIR --forward --model DIR [--sample N] # + forward level (implies --tokens)
 
 Levels, as for run.py's evidence (a level that cannot run is SKIPPED with its reason, never PASS):
@@ -29,5 +30,7 @@ release wrote the run, format check, strict reading, one view of every release),
 rolling (loglikelihood_rolling's per-sample values), aggregate (aggregates, stderr), bootstrap (lm-eval's bootstrap
 stderr reproduced), groups (task groups' aggregates and stderrs), data (--data), prompt (targets and contexts
 rendered again, few-shot and chat templates included), identity (identity level), rescore (token boundaries,
-forward level), driver (one RUN_DIR), command (the flags), task_files (which releases shipped a task file's bytes).
+forward level), driver (one RUN_DIR), command (the flags), task_files (which releases shipped a task file's bytes),
+task_code (a task's own code, identified by task_files and run in harness/sandbox.py; task_code_child is its
+sandboxed side, sent as text).
 """

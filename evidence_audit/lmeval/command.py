@@ -15,8 +15,8 @@ from evidence_audit.reading import Unreadable, parse_strict, read_json
 
 LEVELS_SAY = ("levels: arithmetic = per-sample metrics, aggregates, groups, stderrs, hashes and doc_ids from the run "
               "alone; identity (--tokens) = each sample's doc against --data, targets and prompts (few-shot and chat "
-              "too) re-rendered, token boundaries (--model); forward (--forward) = every loglikelihood (and rolling "
-              "window) re-scored in "
+              "too) re-rendered, a task's own code run in the sandbox (--task-code), token boundaries (--model); "
+              "forward (--forward) = every loglikelihood (and rolling window) re-scored in "
               "the run's dtype (audit.py's own Llama, or transformers' class for other architectures), in lm-eval's "
               "batches when reproducible (--model)")
 
@@ -31,6 +31,10 @@ def lmeval_args(ap):
     g.add_argument("--fewshot-data", action="append", default=[], metavar="[TASK=]FILE",
                    help="identity level of a few-shot run: local copy (.parquet, .jsonl) of the split lm-eval drew "
                         "the examples from (fewshot_split, else training_split, ...), when it is not the --data split")
+    g.add_argument("--task-code", action="append", default=[], metavar="[TASK=]DIR",
+                   help="identity level of a task whose config holds code (process_docs, doc_to_text, ... as "
+                        "`!function`): the task's folder or an lm_eval/tasks tree; the .py file holding the logged "
+                        "source is run in the code sandbox only if an lm-eval release ships it (task_files.tsv)")
     g.add_argument("--model", type=Path, metavar="DIR",
                    help="model directory (tokenizer.json, config.json, model.safetensors) for token boundaries and "
                         "the forward level")
@@ -70,8 +74,9 @@ def lmeval_main(args):
     """audit.py --lm-eval: exit 0 every claim recomputes, 1 a check failed (or --strict and a requested check was
     skipped), 2 unreadable or unknown format (one line, no report written)."""
     if args.mutations or args.review or args.public_only or args.experiment or args.cache:
-        print("error: --lm-eval takes --data, --model, --sample, --task, --tokens, --forward, --report, --threads, "
-              "--device, --strict; not --mutations, --review, --public-only, --experiment or --cache", file=sys.stderr)
+        print("error: --lm-eval takes --data, --fewshot-data, --task-code, --model, --sample, --task, --samples, "
+              "--tokens, --forward, --report, --threads, --device, --strict; not --mutations, --review, "
+              "--public-only, --experiment or --cache", file=sys.stderr)
         return 2
     sample = sampling.from_args(args.sample, args.sample_seed, args.forward)
     if isinstance(sample, str):
@@ -85,7 +90,7 @@ def lmeval_main(args):
         report = audit_lmeval(args.lm_eval, levels, args.data, args.model, args.sample, args.task,
                               options=AuditOptions(threads=args.threads, device=args.device or "cpu", sample=sample),
                               fewshot=args.fewshot_data,
-                              selection=selection)
+                              selection=selection, task_code=args.task_code)
     except Unreadable as e:
         print(f"error: {e}", file=sys.stderr)       # the message names the file: run, --samples or --model
         return 2

@@ -20,7 +20,8 @@ class Results:
 
 
 def data_for(data_args, task):
-    """--data FILE (every task) or --data TASK=FILE (that task) -> the file for `task`, or None."""
+    """--data FILE (every task) or --data TASK=FILE (that task) -> the file for `task`, or None (also
+    --fewshot-data and --task-code, whose value is a directory)."""
     plain = [d for d in data_args if "=" not in d]
     named = dict(d.split("=", 1) for d in data_args if "=" in d)
     return Path(named[task]) if task in named else (Path(plain[-1]) if plain else None)
@@ -61,12 +62,12 @@ def audit_task(C, t, res, levels, opts):
     if t.output_type == rolling.ROLLING:
         rolling.persample_rows(C, t)
     else:
-        persample.persample_rows(C, t, res.data)
+        persample.persample_rows(C, t, res.data, IDENTITY in levels)
     aggregate.aggregate_rows(C, t, res.name, res.data)
     ids = None
     if IDENTITY in levels:
         identity.identity_rows(C, t, res.data, data_for(opts["data"], t.name), data_for(opts["fewshot"], t.name),
-                               opts["loaded"], opts["model"])
+                               opts["loaded"], opts["model"], data_for(opts["task_code"], t.name))
         ids = rescore.boundary_rows(C, t, opts["model"], res.data)
     if FORWARD in levels and t.output_type == generate.GENERATE_UNTIL:
         return generate.generate_rows(C, t, opts["model"], res.data, opts["sample"])
@@ -87,12 +88,12 @@ def verdict(report, rows):
 
 
 def audit_lmeval(run_dir, levels=(ARITHMETIC,), data=(), model=None, sample=None, only=None, options=None,
-                 fewshot=(), selection=None):
+                 fewshot=(), selection=None, task_code=()):
     """The report dict of `audit.py --lm-eval RUN_DIR` (options: checks.AuditOptions, e.g. --threads; fewshot:
-    the --fewshot-data arguments; selection: --samples, {task: doc ids}). Raises Unreadable (exit 2) for an
-    unreadable or unknown format."""
+    the --fewshot-data arguments; selection: --samples, {task: doc ids}; task_code: the --task-code arguments).
+    Raises Unreadable (exit 2) for an unreadable or unknown format."""
     C, details, tasks = Checks(options), {}, []
-    opts = {"data": data, "fewshot": fewshot, "model": model, "sample": sample, "loaded": {}}
+    opts = {"data": data, "fewshot": fewshot, "model": model, "sample": sample, "loaded": {}, "task_code": task_code}
     runs = discover(run_dir)
     for run in runs:
         res = Results(run.results)

@@ -13,9 +13,14 @@ the k unconditional ones, in every release read), and a loglikelihood_rolling re
 doc_to_target(doc), not a context (lm-eval 0.4.9.2 lm_eval/api/task.py:1455-1456; the same in every release read).
 Chat settings: the results' system_instruction_sha and chat_template_sha recomputed, and its chat_template against
 the template the --model directory's tokenizer applies.
+A task whose config holds code (process_docs, doc_to_text / doc_to_target / doc_to_choice functions, which lm-eval
+logs as their source): with --task-code DIR the code is identified and run in the code sandbox (task_code.py), each
+logged doc is compared with process_docs(data)[doc_id] and the targets and contexts are rendered on the processed
+documents through the task's own functions; without it (or when the file is not one an lm-eval release ships) the
+rows that need the code are SKIPPED naming why, never FAILed, never PASSed.
 With --model DIR: the continuation token boundaries (tokens.py)."""
-from evidence_audit.checks import IDENTITY, expect, short
-from evidence_audit.lmeval import persample, prompt
+from evidence_audit.checks import IDENTITY, cut, expect, short
+from evidence_audit.lmeval import persample, prompt, task_code
 from evidence_audit.lmeval.data import load_rows, same_row
 from evidence_audit.lmeval.docs import doc_hash
 from evidence_audit.lmeval.rolling import ROLLING
@@ -24,7 +29,9 @@ from evidence_audit.model_files import check_model_dir
 from evidence_audit.reading import sha256_text
 
 DOCS_CHECK = "each logged doc == the data row at its doc_id (and its doc_hash)"
+PROCESSED_CHECK = "each logged doc == the task's process_docs(data rows) at its doc_id (and its doc_hash)"
 TARGET_CHECK = "target re-rendered from doc_to_target"
+RESULTS_CHECK = "per-sample metrics from the task's process_results (its code, on the processed doc and filtered_resps)"
 PROMPT_CHECK = "prompt re-rendered from the config (description, few-shot examples, doc_to_text; sandboxed Jinja)"
 CHAT_CHECK = "chat template and system instruction (results vs --model's tokenizer; their sha256)"
 
@@ -46,9 +53,18 @@ def data_rows(C, t, rows, typed, data_path):
     expect(bad, "n-samples", "original", t.n_samples["original"], len(rows),
            f"the rows of {data_path.name}: the split the run says it evaluated")
     C.add(t.label, IDENTITY, DOCS_CHECK, len(t.samples), bad, note=str(data_path))
+    group_rows(C, t, rows)
+
+
+def group_rows(C, t, rows):
+    """Row "limit vs question groups (data)": the (sentence, question) groups a limit or selection cuts, counted in
+    the data rows (None: not checked for a process_docs task, whose groups are of processed documents)."""
     check = "limit vs question groups (data)"
     if not t.grouped():
         C.skip(t.label, IDENTITY, check, "documents are not parts of (sentence, question) groups", requested=False)
+        return
+    if rows is None:
+        C.skip(t.label, IDENTITY, check, "process_docs task: its groups are not counted in the data rows; NOT checked")
         return
     in_data, logged = {}, {}
     for row in rows:
@@ -61,33 +77,148 @@ def data_rows(C, t, rows, typed, data_path):
     C.add(t.label, IDENTITY, check, len(logged), bad)
 
 
+def processed_rows(C, t, code, data_path):
+    """Row DOCS_CHECK of a process_docs task whose code ran: each logged doc against process_docs(split)[doc_id]
+    (lm-eval's doc_id is the position in the processed split), its doc_hash, and n-samples.original against the
+    processed split's size."""
+    split, bad = code.splits["eval"], []
+    for s in t.samples:
+        doc = split.docs.get(s.doc_id)
+        if doc is None:
+            bad.append(f"{s.where} doc_id: no document {s.doc_id} among the {split.n} process_docs makes of "
+                       f"{data_path.name}")
+            continue
+        for field, logged, want in same_row(s.raw["doc"], doc, True):
+            bad.append(f"{s.where} doc.{field}: logged {short(logged, 60)}, process_docs(data) document {s.doc_id} "
+                       f"has {short(want, 60)}")
+        expect(bad, s.where, "doc_hash", s.raw["doc_hash"], doc_hash(doc),
+               f"recomputed from process_docs(data) document {s.doc_id}")
+    expect(bad, "n-samples", "original", t.n_samples["original"], split.n,
+           f"the documents process_docs makes of {data_path.name}: the split the run says it evaluated")
+    C.add(t.label, IDENTITY, PROCESSED_CHECK, len(t.samples), bad, note=f"{data_path}; {code.note}")
+    group_rows(C, t, None)
+
+
+def docs_rows(C, t, data, code, loaded):
+    """Row DOCS_CHECK (and the question groups'): the data rows, or for a process_docs task the documents its code
+    makes of them (task_code.py; SKIPPED naming why when it did not run)."""
+    if data is None:
+        C.skip(t.label, IDENTITY, DOCS_CHECK,
+               "needs --data FILE (a local copy of the evaluated split): mislabelled samples NOT checked")
+    elif t.config.get("process_docs") is not None:
+        if isinstance(code, task_code.Ran) and "process_docs" in code.fields:
+            processed_rows(C, t, code, data)
+            return
+        # lm-eval logs process_docs(split)[doc_id], task code: a raw row cannot decide it
+        why = str(code) if isinstance(code, task_code.NotRun) else \
+            f"process_docs ({short(t.config['process_docs'], 60)}) is not a function's source lm-eval logs"
+        C.skip(t.label, IDENTITY, PROCESSED_CHECK,
+               f"{why}; each logged doc is process_docs' document, not a data row: mislabelled samples NOT checked")
+    else:
+        if data not in loaded:
+            loaded[data] = load_rows(data)
+        data_rows(C, t, *loaded[data], data)
+
+
+def doc_of(code, s):
+    """The document lm-eval rendered sample `s` from: with the task's code run, its processed document at the
+    sample's doc_id (LookupError when there is none); else the logged doc."""
+    if not isinstance(code, task_code.Ran):
+        return s.raw["doc"]
+    split = code.splits["eval"]
+    if s.doc_id not in split.docs:
+        raise LookupError(f"no document {s.doc_id} among the {split.n} of the task's processed split")
+    return split.docs[s.doc_id]
+
+
 def incomplete(why):
     """The one failure of a check the audit was asked for and cannot do: FAIL, never PASS (the report's verdict
     says INCOMPLETE when nothing else failed)."""
     return [f"INCOMPLETE: {why}; NOT checked"]
 
 
-def target_rows(C, t):
+def target_rows(C, t, code):
     """Row TARGET_CHECK: every logged target against str(doc_to_target(doc)). A target is rendered from its own
-    document alone, whatever few-shot or chat settings the run declares, so this row always runs."""
-    bad = []
+    document alone, whatever few-shot or chat settings the run declares, so this row runs unless doc_to_target is
+    task code that did not run (SKIPPED naming why). With the task's code run, the document is the processed one."""
+    why = task_code.missing(t.config, code, ("doc_to_target",))
+    if why:
+        C.skip(t.label, IDENTITY, TARGET_CHECK, f"{why}; targets NOT checked")
+        return
+    bad, cfg = [], task_code.bound(t.config, code)
+    on = "the processed doc" if isinstance(code, task_code.Ran) else "the logged doc"
     for s in t.samples:
         try:
-            target = prompt.target_of(t.config, s.raw["doc"])
+            target = prompt.target_of(cfg, doc_of(code, s))
         except Exception as e:      # a template error is a finding about this sample, not a crash of the audit
             bad.append(f"{s.where} doc_to_target: cannot render ({type(e).__name__}: {str(e)[:80]})")
             continue
-        expect(bad, s.where, "target", s.raw["target"], target, "doc_to_target rendered on the logged doc")
-    C.add(t.label, IDENTITY, TARGET_CHECK, len(t.samples), bad)
+        expect(bad, s.where, "target", s.raw["target"], target, f"doc_to_target rendered on {on}")
+    C.add(t.label, IDENTITY, TARGET_CHECK, len(t.samples), bad,
+          note=f"on the documents the task's code made: {code.note}" if isinstance(code, task_code.Ran) else "")
 
 
-def fewshot_docs(t, data, fewshot, loaded):
+def results_rows(C, t, code):
+    """Row RESULTS_CHECK of a task whose process_results is code: each logged sample's metrics against what the
+    task's own process_results returns in the sandbox for it (persample.py leaves such a task's per-sample row to
+    this one). SKIPPED naming why when the code did not run, or raised on a sample."""
+    if not task_code.is_code(t.config.get("process_results")):
+        return
+    why = str(code) if isinstance(code, task_code.NotRun) else None
+    split = code.splits["eval"] if isinstance(code, task_code.Ran) else None
+    if why is None and (split is None or split.metrics is None):
+        why = f"output_type {t.output_type!r}: its logged responses are not handed back to process_results " \
+              f"(only {', '.join(task_code.RESULT_TYPES)})"
+    errors = split.errors.get("process_results", {}) if split is not None else {}
+    if why is None and errors:
+        k = min(errors)
+        why = f"the task's process_results raised on {t.samples[k].where} in the sandbox ({cut(errors[k], 160)})"
+    if why:
+        C.skip(t.label, IDENTITY, RESULTS_CHECK, f"{why}; per-sample metrics NOT checked")
+        return
+    bad = []
+    for s, got in zip(t.samples, split.metrics):
+        if list(got) != s.raw["metrics"]:
+            bad.append(f"{s.where} metrics: logged {short(s.raw['metrics'], 60)}, process_results returns "
+                       f"{short(list(got), 60)}")
+        for m in s.raw["metrics"]:
+            if m in got:
+                expect(bad, s.where, m, s.raw.get(m), got[m], "the task's process_results")
+    C.add(t.label, IDENTITY, RESULTS_CHECK, len(t.samples), bad, note="see the target row for the code run")
+
+
+def fewshot_file(t, data, fewshot):
+    """The file of the split a few-shot run draws from (--fewshot-data, or --data when it is the evaluated split),
+    or None (a zero-shot run, a list of samples, a split not given)."""
+    if not t.config.get("num_fewshot"):
+        return None
+    try:
+        kind, value = prompt.fewshot_source(t.config)
+    except prompt.Unrenderable:
+        return None
+    return None if kind == "samples" else fewshot if fewshot is not None else \
+        data if value == prompt.eval_split(t.config) else None
+
+
+def fewshot_docs(t, data, fewshot, loaded, code=None):
     """The documents lm-eval drew few-shot examples from: fewshot_config's list, --fewshot-data, or --data when
-    the few-shot split is the evaluated one. Unrenderable naming the missing file otherwise."""
+    the few-shot split is the evaluated one; with the task's code run, that split's documents as it made them
+    (process_docs applied, as lm-eval applies it to a few-shot split). Unrenderable naming the missing file
+    otherwise."""
     kind, value = prompt.fewshot_source(t.config)
     if kind == "samples":
+        if isinstance(code, task_code.Ran) and set(code.fields) & set(task_code.DOC_FIELDS):
+            raise prompt.Unrenderable("few-shot samples listed in fewshot_config with doc_to_* task code: not "
+                                      "implemented")
         return value
     path = fewshot if fewshot is not None else data if value == prompt.eval_split(t.config) else None
+    if isinstance(code, task_code.Ran) and path is not None:
+        split = code.splits.get("fewshot")
+        if split is None:
+            raise prompt.Unrenderable("the task's code ran without the few-shot split")
+        return [split.docs[i] for i in range(split.n)]
+    if t.config.get("process_docs") is not None and path is not None:
+        raise prompt.Unrenderable("process_docs is set, lm-eval applies it to the few-shot split, and it did not run")
     if path is None:
         raise prompt.Unrenderable(f"num_fewshot {t.config.get('num_fewshot')} draws from split {value!r}: pass "
                                   f"--fewshot-data {t.name}=FILE (a local copy of that split)"
@@ -160,28 +291,46 @@ def chat_rows(C, t, top, model, loaded):
     C.add(t.label, IDENTITY, CHAT_CHECK, 1, bad, note=note)
 
 
-def contexts(t, top, data, fewshot, loaded, model=None):
+def render_sample(render, code, s):
+    """render_each on the document of sample `s` (doc_of), or the LookupError of a doc_id with no document."""
+    try:
+        doc = doc_of(code, s)
+    except LookupError as e:
+        return e
+    return render_each(render, doc)
+
+
+def contexts(t, top, data, fewshot, loaded, model=None, code=None):
     """{doc_id: the context lm-eval 0.4.9.2 gives every request of that document, or the template error},
-    rendered in lm-eval's order (the logged doc_ids of one filter, ascending: dataset order). Unrenderable for
-    what is not implemented."""
+    rendered in lm-eval's order (the logged doc_ids of one filter, ascending: dataset order), on the processed
+    documents when the task's code ran. Unrenderable for what is not implemented; task_code.NotRun when task code
+    the context needs did not run."""
     why = prompt.not_implemented(t.config, top)
     if why:
         raise prompt.Unrenderable(why)
-    chat = chat_template(t, top, model, loaded)
     k = t.config.get("num_fewshot") or 0
-    docs = fewshot_docs(t, data, fewshot, loaded) if k else []
-    render = prompt.Renderer(t.config, top, t.run_config, docs, chat)
+    why = task_code.missing(t.config, code, ("doc_to_text",) + (("doc_to_target", "doc_to_choice", "process_docs")
+                                                                  if k else ()))
+    if why:
+        raise task_code.NotRun(why)
+    chat = chat_template(t, top, model, loaded)
+    docs = fewshot_docs(t, data, fewshot, loaded, code) if k else []
+    render = prompt.Renderer(task_code.bound(t.config, code), top, t.run_config, docs, chat)
     first = t.by_filter().get(t.samples[0].raw["filter"], []) if t.samples else []
-    return {s.doc_id: render_each(render, s.raw["doc"]) for s in sorted(first, key=lambda s: s.doc_id)}
+    return {s.doc_id: render_sample(render, code, s) for s in sorted(first, key=lambda s: s.doc_id)}
 
 
-def rolling_prompt_rows(C, t):
+def rolling_prompt_rows(C, t, code):
     """Row PROMPT_CHECK of a loglikelihood_rolling task: each request's only argument is doc_to_target(doc) itself
     (construct_requests gives it no context, whatever few-shot or chat settings the run declares)."""
-    bad = []
+    why = task_code.missing(t.config, code, ("doc_to_target",))
+    if why:
+        C.skip(t.label, IDENTITY, PROMPT_CHECK, f"{why}; requests NOT checked")
+        return
+    bad, cfg = [], task_code.bound(t.config, code)
     for s in t.samples:
         try:
-            text = prompt.doc_to_target(t.config.get("doc_to_target"), s.raw["doc"],
+            text = prompt.doc_to_target(cfg.get("doc_to_target"), doc_of(code, s),
                                         t.config.get("doc_to_choice") is not None)
         except Exception as e:      # a template error is a finding about this sample, not a crash of the audit
             bad.append(f"{s.where} doc_to_target: cannot render ({type(e).__name__}: {str(e)[:80]})")
@@ -205,18 +354,21 @@ def expected_args(t, top, s, ctx, bad):
         [("", "the unconditional request of acc_mutual_info has no context")] * (len(s.requests) - k)
 
 
-def prompt_rows(C, t, top, data, fewshot, loaded, model=None):
+def prompt_rows(C, t, top, data, fewshot, loaded, model=None, code=None):
     """Row PROMPT_CHECK: every request's context against the context rendered from the config, the document,
     (few-shot) the few-shot split and (chat) the --model directory's chat template ("" for acc_mutual_info's
     unconditional requests; a rolling task's text: rolling_prompt_rows). What the audit cannot render FAILs as
     INCOMPLETE: a results file that declares few-shot or chat settings never switches the check off."""
     if t.output_type == ROLLING:
-        rolling_prompt_rows(C, t)
+        rolling_prompt_rows(C, t, code)
         return
     try:
-        want = contexts(t, top, data, fewshot, loaded, model)
+        want = contexts(t, top, data, fewshot, loaded, model, code)
     except prompt.Unrenderable as e:
         C.add(t.label, IDENTITY, PROMPT_CHECK, len(t.samples), incomplete(str(e)))
+        return
+    except task_code.NotRun as e:
+        C.skip(t.label, IDENTITY, PROMPT_CHECK, f"{e}; contexts NOT checked")
         return
     bad = []
     for s in t.samples:
@@ -234,26 +386,23 @@ def prompt_rows(C, t, top, data, fewshot, loaded, model=None):
     chat = "" if top.get("chat_template") is None else \
         ", chat template" + (" (few-shot as multiturn)" if top.get("fewshot_as_multiturn") is True and k else "")
     C.add(t.label, IDENTITY, PROMPT_CHECK, len(t.samples), bad,
-          note=f"num_fewshot {k}" + (f", fewshot_seed {t.run_config.get('fewshot_seed')}" if k else "") + chat)
+          note=f"num_fewshot {k}" + (f", fewshot_seed {t.run_config.get('fewshot_seed')}" if k else "") + chat
+          + ("; on the documents the task's code made (see the target row)" if isinstance(code, task_code.Ran)
+             else ""))
 
 
-def identity_rows(C, t, top, data, fewshot, loaded, model=None):
+def identity_rows(C, t, top, data, fewshot, loaded, model=None, code_dir=None):
     """The identity level of one task, without the tokenizer (rescore.boundary_rows adds that). `top`: the results
-    file; `data`, `fewshot`: this task's --data and --fewshot-data files (or None); `loaded`: this audit's
-    {path: (rows, typed)} (one file may serve several tasks) and chat templates; `model`: --model DIR (or None),
-    whose tokenizer's chat template renders a chat run's contexts."""
-    if data is None:
-        C.skip(t.label, IDENTITY, DOCS_CHECK,
-               "needs --data FILE (a local copy of the evaluated split): mislabelled samples NOT checked")
-    elif t.config.get("process_docs") is not None:
-        # lm-eval logs process_docs(row), code of the task the audit does not run: a raw row cannot decide it
-        C.skip(t.label, IDENTITY, DOCS_CHECK,
-               f"process_docs is set ({short(t.config['process_docs'], 60)}: task code the audit does not run): "
-               "each logged doc is process_docs(row), not the row; mislabelled samples NOT checked")
-    else:
-        if data not in loaded:
-            loaded[data] = load_rows(data)
-        data_rows(C, t, *loaded[data], data)
-    target_rows(C, t)
+    file; `data`, `fewshot`, `code_dir`: this task's --data, --fewshot-data and --task-code (or None); `loaded`: this
+    audit's {path: (rows, typed)} (one file may serve several tasks), chat templates, task code scans and runs;
+    `model`: --model DIR (or None), whose tokenizer's chat template renders a chat run's contexts."""
+    key = ("task code", t.label)
+    if key not in loaded:
+        loaded[key] = task_code.prepare(t, code_dir, data, fewshot_file(t, data, fewshot),
+                                        loaded.setdefault(("task code", "scans"), {}))
+    code = loaded[key]
+    docs_rows(C, t, data, code, loaded)
+    target_rows(C, t, code)
+    results_rows(C, t, code)
     chat_rows(C, t, top, model, loaded)
-    prompt_rows(C, t, top, data, fewshot, loaded, model)
+    prompt_rows(C, t, top, data, fewshot, loaded, model, code)

@@ -11,11 +11,12 @@ the gold index of all 2k). With a chat template (the results' chat_template not 
 builds the continuations without the target delimiter, 0.4.10 on keeps it after a gen_prefix that does not end
 with whitespace, 0.4.5 always keeps it (versions.py CHAT_DELIMITER): the continuations are read by that rule.
 What is not implemented is a SKIPPED row naming it."""
-from evidence_audit.checks import ARITHMETIC, expect, same
+from evidence_audit.checks import ARITHMETIC, expect, same, short
 from evidence_audit.definitions import argmax_first
 from evidence_audit.lmeval import fmt
 from evidence_audit.lmeval.metrics import EXACT_MATCH_ARGS, apply_filters, exact_match, multiple_choice, \
     unsupported_filters
+from evidence_audit.lmeval.task_code import is_code
 from evidence_audit.lmeval.versions import CHAT_DELIMITER
 
 LOGLIKELIHOOD = ("multiple_choice", "loglikelihood")     # the output types whose requests are loglikelihood
@@ -204,13 +205,21 @@ def generation_scores(t, s, texts, skipped):
     return filtered, values
 
 
-def persample_rows(C, t, top):
+def persample_rows(C, t, top, identity=False):
     """Row "per-sample metrics recomputed", plus one SKIPPED row per metric/filter not implemented here. `top`: the
-    results file (its chat_template decides the multiple_choice continuations' delimiter)."""
+    results file (its chat_template decides the multiple_choice continuations' delimiter). A task whose
+    process_results is code is left to the identity level (`identity`: it was asked for), which runs that code."""
     bad, skipped = [], set()
     delim = target_delimiter(t, top) if t.output_type == "multiple_choice" else None
     kind = {"multiple_choice": lambda *a: mc_sample(*a, delim), "generate_until": generate_sample,
             "loglikelihood": loglikelihood_sample}.get(t.output_type)
+    if is_code(t.config.get("process_results")):
+        C.skip(t.label, ARITHMETIC, "per-sample metrics recomputed",
+               f"process_results is task code ({short(t.config['process_results'], 50)}): the per-sample metrics are "
+               "what it returns, not the built-in definitions; " +
+               ("the identity level runs it (see its process_results row)" if identity else
+                "pass --tokens --task-code DIR --data FILE to run it; NOT checked"), requested=not identity)
+        return
     if kind is None:
         C.skip(t.label, ARITHMETIC, "per-sample metrics recomputed",
                f"output_type {t.output_type!r}: not implemented here (multiple_choice, loglikelihood, "

@@ -49,6 +49,7 @@ import ast
 import random
 from pathlib import Path
 
+from evidence_audit.lmeval.task_code import is_code
 from evidence_audit.reading import read_json, read_text
 from evidence_audit.templates import MAX_CHAT_TEMPLATE_BYTES, Unrenderable, template
 
@@ -64,7 +65,10 @@ def apply(spec, doc):
 
 def doc_to_text(spec, doc, has_choices):
     """ConfigurableTask.doc_to_text for a config value: an int as it is, a field by name, else a template (a
-    rendered number becomes an int when the task has doc_to_choice)."""
+    rendered number becomes an int when the task has doc_to_choice); a function (the task's own code, bound by
+    task_code.bound to what it gave in the sandbox) called on the document, its value as it is."""
+    if callable(spec):
+        return spec(doc)
     if isinstance(spec, int):
         return spec
     if not isinstance(spec, str):
@@ -77,7 +81,9 @@ def doc_to_text(spec, doc, has_choices):
 
 def doc_to_target(spec, doc, has_choices):
     """ConfigurableTask.doc_to_target: as doc_to_text, and a rendered "[...]" is read as a Python literal when it
-    parses (a list of gold answers); a list in the config is returned as it is."""
+    parses (a list of gold answers); a list in the config is returned as it is; a function as in doc_to_text."""
+    if callable(spec):
+        return spec(doc)
     if isinstance(spec, (int, list)):
         return spec
     if not isinstance(spec, str):
@@ -97,7 +103,9 @@ def doc_to_target(spec, doc, has_choices):
 
 def doc_to_choice(spec, doc):
     """ConfigurableTask.doc_to_choice: a field by name, a template read as a Python literal, a list, a dict's
-    values."""
+    values; a function as in doc_to_text."""
+    if callable(spec):
+        return spec(doc)
     if isinstance(spec, str):
         return doc[spec] if spec in doc else ast.literal_eval(apply(spec, doc))
     if isinstance(spec, list):
@@ -122,13 +130,11 @@ def gen_prefix(cfg, doc):
 
 def fewshot_source(cfg):
     """Where lm-eval 0.4.9.2 takes few-shot documents from: ("split", name), or ("samples", [docs]) for a list
-    in fewshot_config; Unrenderable for what the audit cannot read (code, process_docs)."""
+    in fewshot_config (lm-eval applies process_docs to a split's documents, not to such a list); Unrenderable for
+    what the audit cannot read (a function giving the samples)."""
     fc = cfg.get("fewshot_config") or {}
     if not isinstance(fc, dict):
         raise Unrenderable(f"fewshot_config is a {type(fc).__name__}")
-    if cfg.get("process_docs") is not None:
-        raise Unrenderable("process_docs is set (code the audit does not run) and lm-eval applies it to the few-shot "
-                           "documents")
     if cfg.get("fewshot_split") is not None:
         return "split", cfg["fewshot_split"]
     if fc.get("samples") is not None:
@@ -294,8 +300,13 @@ class Renderer:
             self.rnd = random.Random(seed)
 
     def spec(self, key):
-        """A few-shot example's doc_to_* spec: fewshot_config's when it sets one, else the task's."""
-        return self.fc[key] if self.fc.get(key) is not None else self.cfg.get(key)
+        """A few-shot example's doc_to_* spec: fewshot_config's when it sets one (not code: Unrenderable), else the
+        task's."""
+        if self.fc.get(key) is None:
+            return self.cfg.get(key)
+        if is_code(self.fc[key]):
+            raise Unrenderable(f"fewshot_config.{key} is task code: not implemented")
+        return self.fc[key]
 
     def draw(self, doc):
         """ContextSampler.get_context's choice of examples for `doc` (advances the generator)."""
