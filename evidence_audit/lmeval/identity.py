@@ -14,6 +14,9 @@ doc_to_target(doc), not a context (lm-eval 0.4.9.2 lm_eval/api/task.py:1455-1456
 Chat settings: the results' system_instruction_sha and chat_template_sha recomputed, and its chat_template against
 the template the --model directory's tokenizer applies.
 With --model DIR: the continuation token boundaries (tokens.py)."""
+import ast
+import textwrap
+
 from evidence_audit.checks import IDENTITY, expect, short
 from evidence_audit.lmeval import persample, prompt
 from evidence_audit.lmeval.data import load_rows, same_row
@@ -61,6 +64,34 @@ def data_rows(C, t, rows, typed, data_path):
     C.add(t.label, IDENTITY, check, len(logged), bad)
 
 
+def code_name(value):
+    """The function's name when a dumped config value is task code, else None. lm-eval dumps a callable (a YAML
+    `!function`) as its source, "def name(...): ...", or, when there is no source, as str(callable), "<function name
+    at 0x...>" (0.4.9.2 api/task.py:165-183 TaskConfig.to_dict / serialize_function); a Jinja template is never a
+    lone function definition."""
+    if not isinstance(value, str):
+        return None
+    if value.startswith("<function "):
+        return value.split()[1]
+    try:
+        tree = ast.parse(textwrap.dedent(value))
+    except (SyntaxError, ValueError):
+        return None
+    if len(tree.body) == 1 and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return tree.body[0].name
+    return None
+
+
+def task_code(cfg, keys):
+    """Why a text rendered from `keys` of the config `cfg` cannot be rendered here: the first of them whose value is
+    task code (code_name), named; None when none is. The audit renders templates, it does not run a task's code."""
+    for key in keys:
+        name = code_name(cfg.get(key)) if isinstance(cfg, dict) else None
+        if name is not None:
+            return f"{key} is task code ({name}, a !function the audit does not run)"
+    return None
+
+
 def incomplete(why):
     """The one failure of a check the audit was asked for and cannot do: FAIL, never PASS (the report's verdict
     says INCOMPLETE when nothing else failed)."""
@@ -70,6 +101,10 @@ def incomplete(why):
 def target_rows(C, t):
     """Row TARGET_CHECK: every logged target against str(doc_to_target(doc)). A target is rendered from its own
     document alone, whatever few-shot or chat settings the run declares, so this row always runs."""
+    code = task_code(t.config, ("doc_to_target",))
+    if code:
+        C.add(t.label, IDENTITY, TARGET_CHECK, len(t.samples), incomplete(code))
+        return
     bad = []
     for s in t.samples:
         try:
@@ -178,6 +213,10 @@ def contexts(t, top, data, fewshot, loaded, model=None):
 def rolling_prompt_rows(C, t):
     """Row PROMPT_CHECK of a loglikelihood_rolling task: each request's only argument is doc_to_target(doc) itself
     (construct_requests gives it no context, whatever few-shot or chat settings the run declares)."""
+    code = task_code(t.config, ("doc_to_target",))
+    if code:
+        C.add(t.label, IDENTITY, PROMPT_CHECK, len(t.samples), incomplete(code))
+        return
     bad = []
     for s in t.samples:
         try:
@@ -212,6 +251,14 @@ def prompt_rows(C, t, top, data, fewshot, loaded, model=None):
     INCOMPLETE: a results file that declares few-shot or chat settings never switches the check off."""
     if t.output_type == ROLLING:
         rolling_prompt_rows(C, t)
+        return
+    # what a context is rendered from: doc_to_target and doc_to_choice only through few-shot examples (a choice
+    # index shown as its choice), fewshot_config's doc_to_* in place of the task's
+    shots = ("doc_to_target", "doc_to_choice") if t.config.get("num_fewshot") else ()
+    code = task_code(t.config, ("description", "doc_to_text", "gen_prefix") + shots) \
+        or task_code(t.config.get("fewshot_config"), ("doc_to_text",) + shots if shots else ())
+    if code:
+        C.add(t.label, IDENTITY, PROMPT_CHECK, len(t.samples), incomplete(code))
         return
     try:
         want = contexts(t, top, data, fewshot, loaded, model)
