@@ -544,8 +544,8 @@ def decisions(t, s, lls, delim):
     listed = [m for m in metrics if m in DECIDED]
     if "acc" not in listed and any(m in metrics for m in ("f1", "mcc", "exact_match")):
         listed.append("acc")            # their (gold, prediction) pairs take the loglikelihoods' argmax
-    if t.output_type != "multiple_choice" or not listed:
-        return {}
+    if t.output_type != "multiple_choice" or not listed or t.config.get("process_results") is not None:
+        return {}                       # process_results: the task's own code decides its metrics (driver.py)
     bad, requests, at_cond, at_unc = [], s.requests, list(range(len(lls))), None
     if "acc_mutual_info" in listed:
         split = persample.mutual_info_split(t, s, bad, delim)
@@ -554,7 +554,10 @@ def decisions(t, s, lls, delim):
         requests, at_cond, at_unc = split
     choices = persample.choices_of(t, s, bad, delim, requests)
     cond = [lls[i] for i in at_cond]
-    gold = persample.gold_of(s.raw["target"], choices) if choices else None
+    # a variant persample.py does not read (one context per choice: lm-eval's gold is doc_to_text(doc), not the
+    # target; several golds) has no gold index here: the argmax is still compared, the aggregate is not recomputed
+    gold = persample.gold_of(s.raw["target"], choices) if choices and not persample.mc_variant(t, s, requests) \
+        else None
     out = {"acc": (cond, [1.0] * len(cond), gold)}
     if choices and all(choices):
         out["acc_norm"] = ([ll / len(c) for ll, c in zip(cond, choices)], [1 / len(c) for c in choices], gold)
@@ -665,7 +668,9 @@ def aggregate_row(C, t, top, fig, keep):
                        f"{value!r} (|diff| {abs(logged - value):.4g} > {bound:.4g}: {ties} near-tie(s) of {n} documents)")
     if not notes:
         C.skip(t.label, FORWARD, AGGREGATES, "no argmax-decided metric (acc, acc_norm, acc_bytes, acc_mutual_info) "
-                                             "with a gold index over every document", requested=False)
+                                             "with a gold index over every document"
+               + (" (process_results is set: the task's own code computes its metrics)"
+                  if t.config.get("process_results") is not None else ""), requested=False)
         return
     C.add(t.label, FORWARD, AGGREGATES, len(notes), bad, note="; ".join(notes))
 
