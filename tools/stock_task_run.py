@@ -15,7 +15,8 @@ every level.
 3. One lm-eval process runs every loadable task: lm-eval's own CLI through tools/lmeval_offline_run.py (offline),
    on the tiny random Llama of tests/fixtures/lmeval_chat/model (float32, batch size 4), --log_samples.
 4. audit.py --lm-eval on the output with every level: --forward --model, --data TASK=<evaluated split> and
-   --fewshot-data TASK=<the split lm-eval draws examples from> for every task.
+   --fewshot-data TASK=<the split lm-eval draws examples from> for every task, and --task-code <the installed
+   lm_eval/tasks> (a task's !function code runs when its file is one a release ships: task_files.tsv).
 5. The table: one row per task, one cell per level (its rows counted by status), then every row that did not pass
    in the audit's words; printed, written to DIR/table.md (and --table FILE) and, with --write-docs, between the
    GENERATED markers of docs/lm-eval-audit.md. Exit 1 when a check FAILed (an honest run accused: a bug of the
@@ -142,8 +143,10 @@ def run_lm_eval(out, tasks, runnable):
 
 def audit(out, tasks, runnable):
     """audit.py --lm-eval on the run at every level; the JSON report and the exit code."""
+    import importlib.util
+    stock = Path(importlib.util.find_spec("lm_eval").origin).parent / "tasks"     # the code the run's tasks ran
     args = [sys.executable, str(REPO / "audit.py"), "--lm-eval", str(out / "run"), "--forward", "--model", str(MODEL),
-            "--report", str(out / "audit.json")]
+            "--task-code", str(stock), "--report", str(out / "audit.json")]
     for task in runnable:
         args += ["--data", f"{task}={tasks[task]['data']}"]
         if tasks[task]["fewshot"] is not None:

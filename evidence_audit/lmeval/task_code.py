@@ -338,10 +338,17 @@ def split_of(name, got, wanted, fields, n_results=None):
     def bad(what):
         return NotRun(f"the task's code sandbox answered split {name} with {what}")
 
-    keys = {"n", "ids", "docs", "values", "errors"} | ({"metrics"} if n_results is not None else set())
+    keys = {"n", "ids", "docs", "values", "errors", "varies"} | ({"metrics"} if n_results is not None else set())
     if not (isinstance(got, dict) and set(got) == keys):
         raise bad(f"fields {sorted(got) if isinstance(got, dict) else type(got).__name__}")
     n, ids, docs = got["n"], got["ids"], got["docs"]
+    varies = got["varies"]
+    if varies is not None:
+        if not (type(varies) is int and varies >= 0):
+            raise bad(f"varies {short(varies, 40)}")
+        raise NotRun(f"process_docs gives other documents under another random seed (document {varies} of split "
+                     f"{name} differs: it draws from the global random state, which in the run held lm-eval's seed and "
+                     "every draw before the call): its documents are not reproduced here")
     if not (type(n) is int and n >= 0 and isinstance(docs, list) and all(isinstance(d, dict) for d in docs)):
         raise bad("no document count or documents that are not objects")
     expect_ids = [i for i in (wanted if wanted is not None else range(n)) if 0 <= i < n]

@@ -103,13 +103,34 @@ def dataset_of(split):
     return datasets.Dataset(InMemoryTable(table))
 
 
+SEEDS = (1234, 4321)      # two seeds of the global random state (Python's, numpy's) process_docs is run under
+
+
+def seeded(seed):
+    import random
+    random.seed(seed)
+    try:
+        import numpy
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+
+
 def documents(split, functions, stage):
     """One split's documents (process_docs applied) and the doc_to_* values of the wanted ones."""
     stage[0] = "reading the split's data"
-    docs = dataset_of(split)
+    docs, varies = dataset_of(split), None
     if "process_docs" in functions:
         stage[0] = "process_docs"
-        docs = functions["process_docs"](docs)
+        seeded(SEEDS[0])
+        docs = list(functions["process_docs"](docs))
+        # a process_docs that draws from the global random state (gpqa shuffles its choices) gives what lm-eval's
+        # seed and every draw before it made: run again under another seed, and say where the two differ
+        stage[0] = "process_docs under another seed"
+        seeded(SEEDS[1])
+        again = list(functions["process_docs"](dataset_of(split)))
+        varies = next((i for i, (a, b) in enumerate(zip(docs, again)) if a != b),
+                      None if len(docs) == len(again) else min(len(docs), len(again)))
     stage[0] = "listing the documents"
     docs = list(docs)
     ids = split["ids"] if split["ids"] is not None else list(range(len(docs)))
@@ -127,7 +148,7 @@ def documents(split, functions, stage):
                 values[field].append(None)
                 errors[field][str(k)] = f"{type(e).__name__}: {str(e)[:MAX_MESSAGE]}"
     out = {"n": len(docs), "ids": [i for i in ids if 0 <= i < len(docs)], "docs": wanted, "values": values,
-           "errors": errors}
+           "errors": errors, "varies": varies}
     if "process_results" in functions and split.get("results") is not None:
         stage[0] = "process_results"
         out["metrics"], errors["process_results"] = [], {}
