@@ -790,3 +790,15 @@ def test_the_forger_of_the_published_ranking_fails_over_fresh_seeds(clean_run, m
         failed += row["status"] == "FAIL"
         assert report["sample"]["seed_source"] == "fresh at audit time"
     assert len(set(seeds)) == 8 and failed == 8, (failed, seeds)
+
+
+@pytest.mark.slow
+def test_a_forged_exact_match_fails_at_the_arithmetic_level(clean_run, model_dir, lmeval_data, tmp_path):
+    def flip(rows):
+        r = next(r for r in rows if r["doc_id"] == 2 and r["filter"] == "word")
+        r["exact_match"] = 1.0 - r["exact_match"]
+
+    copy = tampered(clean_run, tmp_path, "sst2_gen", flip)
+    code, report = audit(tmp_path, copy, "--task", "sst2_gen")
+    said = failures(report, "per-sample", "arithmetic")
+    assert code == 1 and any(f.startswith("doc_id 2 (line") and " exact_match: recorded " in f for f in said), said
