@@ -406,7 +406,8 @@ def rows_short_of_dev(args, module, inputs, routed=None):
 
 
 def split_notes(args, modules, inputs, routed=None):
-    """One console line per data too small for the dev split, naming the experiments that score --split all."""
+    """One console banner per data too small for the dev split, naming the experiments that score split all (as
+    loud as --split all's own banner: the run is not a dev-split result)."""
     if args.smoke or args.split:
         return
     short = {}
@@ -415,9 +416,9 @@ def split_notes(args, modules, inputs, routed=None):
         if gap:
             short.setdefault((data_id_of(module, args, routed), *gap), []).append(name)
     for (data_id, rows, need), names in short.items():
-        print(f"note: data {data_id} has {rows} rows, fewer than the {need} the dev split needs: {', '.join(names)} "
-              f"score{'s' if len(names) == 1 else ''} split all (every row in idx order; config.json records it); "
-              "--split dev is refused on this data")
+        print(f"*** SPLIT ALL ({', '.join(names)}): data {data_id} has {rows} rows, fewer than the {need} the dev "
+              f"split needs: {', '.join(names)} score{'s' if len(names) == 1 else ''} split all (every row in idx "
+              "order; config.json records it, every output says so); --split dev is refused on this data ***")
 
 
 def sha256_json(obj):

@@ -116,8 +116,9 @@ def test_the_default_all_is_said_on_one_line(tmp_path, capsys):
     capsys.readouterr()
     run.split_notes(args, modules, inputs)
     lines = capsys.readouterr().out.splitlines()
-    assert lines == [f"note: data mine has {SMALL_ROWS} rows, fewer than the 64 the dev split needs: protocol scores "
-                     "split all (every row in idx order; config.json records it); --split dev is refused on this data"]
+    assert lines == [f"*** SPLIT ALL (protocol): data mine has {SMALL_ROWS} rows, fewer than the 64 the dev split needs: "
+                     "protocol scores split all (every row in idx order; config.json records it, every output says "
+                     "so); --split dev is refused on this data ***"]
 
 
 @pytest.fixture(scope="module")
