@@ -76,12 +76,16 @@ def compare_fast(records, fast, cache_stats, config, stages):
     return section, bad
 
 
-def headline(cache_stats, fast_summary):
-    """The headline's tail: where the independent scores came from, and the fast-mode figures with --fast."""
+def headline(cache_stats, fast_summary, replayed=False):
+    """The headline's tail: where the independent scores came from (the result cache, or the shards a --merge
+    replays: `replayed`), and the fast-mode figures with --fast."""
     c = cache_stats
-    text = (f"; independent scores from the result cache: {c['from_cache']}/{c['candidate_scores']}"
-            + (f" ({c['corrupted']} corrupted rows detected and recomputed)" if c["corrupted"] else "")
-            if c["enabled"] else "; result cache off (--no-cache)")
+    if replayed:        # a merge scores nothing itself: a cache counter would be a 0 that means nothing
+        text = "; independent scores from the shards (--merge)"
+    else:
+        text = (f"; independent scores from the result cache: {c['from_cache']}/{c['candidate_scores']}"
+                + (f" ({c['corrupted']} corrupted rows detected and recomputed)" if c["corrupted"] else "")
+                if c["enabled"] else "; result cache off (--no-cache)")
     if fast_summary:
         v = fast_summary["vs_parity"]
         text += (f"; fast mode (batch {fast_summary['batch_size']}): max |fast - parity| = {v['max_abs_diff']:.3g}, "

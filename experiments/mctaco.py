@@ -657,5 +657,6 @@ def run(ctx):
                   token_stats={**two_paths.candidate_token_stats(records), "limit_run_documents": sum(limit_ns)},
                   private={"texts.jsonl": jsonl(texts)},
                   headline=(headline(summary, config["mctaco_data"])
-                            + fast_check.headline(independent_meta["result_cache"], summary.get("fast"))),
+                            + fast_check.headline(independent_meta["result_cache"], summary.get("fast"),
+                                                 getattr(ctx.plan, "mode", None) == "replay")),
                   prompt_template_sha256=prompt_template_sha256(config))

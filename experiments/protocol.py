@@ -215,6 +215,7 @@ def run(ctx):
                   token_stats=two_paths.candidate_token_stats(records),
                   private={"texts.jsonl": jsonl(texts)},
                   headline=(line
-                            + fast_check.headline(independent_meta["result_cache"], summary.get("fast"))
+                            + fast_check.headline(independent_meta["result_cache"], summary.get("fast"),
+                                                 getattr(ctx.plan, "mode", None) == "replay")
                             + sort_note(ctx.options, official_meta)),
                   prompt_template_sha256=prompt_template_sha256(ctx.config))

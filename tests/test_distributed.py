@@ -319,6 +319,7 @@ def test_shards_merged_give_the_one_process_evidence(one_process, two_shards, pr
     out = tmp_path / "merged"
     proc = run_cli("run.py", "--cache", prepared_cache, "--out", out, "--merge", *two_shards)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert "independent scores from the shards (--merge)" in proc.stdout and "from the result cache" not in proc.stdout
     same_evidence_as_one_process(out, one_process)
     env = json.loads((out / "environment.json").read_text())["data_parallel"]
     assert (env["mode"], env["world_size"], [r["shard"] for r in env["ranks"]]) == ("replay", 2, [1, 2])
