@@ -16,7 +16,7 @@ import re
 import pytest
 
 from conftest import REPO, run_cli
-from evidence_audit.lmeval.identity import code_name
+from evidence_audit.lmeval.task_code import is_code
 from test_lmeval_audit import audit, toy_samples, write_run
 
 DOC = REPO / "docs" / "lm-eval-audit.md"
@@ -65,12 +65,12 @@ def test_the_coverage_table_is_the_one_a_real_run_of_the_stock_tasks_makes(tmp_p
 # ---- fast: what the stock tasks found, on hand-written runs --------------------------------------------------------
 
 def test_a_dumped_function_is_told_from_a_template():
-    assert code_name("def doc_to_text(doc):\n    return doc['q']\n") == "doc_to_text"
-    assert code_name("    def inner(doc):\n        return 1\n") == "inner"
-    assert code_name("<function list_fewshot_samples at 0x7f77f459c9a0>") == "list_fewshot_samples"
+    assert is_code("def doc_to_text(doc):\n    return doc['q']\n")
+    assert is_code("    def inner(doc):\n        return 1\n")
+    assert is_code("<function list_fewshot_samples at 0x7f77f459c9a0>")
     for template in ("Q{{q}}", "{{question}}", "question", "def {{x}}", "Question: {{q}}\nAnswer:", "{{[a, b]}}",
                      "{% if x %}def f(): pass{% endif %}", None, 3, ["a", "b"]):
-        assert code_name(template) is None, template
+        assert not is_code(template), template
 
 
 def process_results_run(root, with_code):
@@ -93,7 +93,7 @@ def test_metrics_of_a_task_with_process_results_are_skipped_naming_it_not_recomp
     rows = [r for r in report["checks"] if r["check"] == "per-sample metrics recomputed"]
     assert report["n_fail"] == 0, [r for r in report["checks"] if r["status"] == "FAIL"]
     assert code == 1 and report["result"].startswith("INCOMPLETE"), report["result"]   # requested, could not run
-    assert len(rows) == 1 and rows[0]["status"] == "SKIPPED" and "process_results is set" in rows[0]["note"]
+    assert len(rows) == 1 and rows[0]["status"] == "SKIPPED" and "process_results is task code" in rows[0]["note"]
     assert any(r["check"].startswith("aggregates recomputed") and r["status"] == "PASS" for r in report["checks"])
 
 
@@ -105,9 +105,10 @@ def test_a_function_doc_to_text_or_doc_to_target_is_incomplete_never_rendered_as
     r["configs"]["toy"]["doc_to_target"] = "def doc_to_target(doc):\n    return doc['label']\n"
     path.write_text(json.dumps(r, indent=2))
     code, report = audit(tmp_path, tmp_path / "run", "--tokens")
-    bad = {r["check"].split(" ")[0]: r["failures"] for r in report["checks"] if r["status"] == "FAIL"}
-    assert code == 1 and report["result"].startswith("INCOMPLETE"), bad
-    assert bad == {"target": ["INCOMPLETE: doc_to_target is task code (doc_to_target, a !function the audit does "
-                              "not run); NOT checked"],
-                   "prompt": ["INCOMPLETE: doc_to_text is task code (doc_to_text, a !function the audit does not "
-                              "run); NOT checked"]}, bad
+    assert code == 1 and report["result"].startswith("INCOMPLETE"), report["result"]
+    bad = [f for r in report["checks"] if r["status"] == "FAIL" for f in r["failures"]]
+    assert all(f.startswith("INCOMPLETE: ") for f in bad), bad                  # never an accusation
+    unrun = [r for r in report["checks"] if r["level"] == "identity" and r["status"] != "PASS"
+             and r["check"].split(" ")[0] in ("target", "prompt")]
+    assert {r["check"].split(" ")[0] for r in unrun} == {"target", "prompt"}, unrun
+    assert all("--task-code" in (r["note"] + " ".join(r["failures"])) for r in unrun), unrun

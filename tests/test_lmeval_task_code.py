@@ -155,8 +155,10 @@ def test_the_childs_result_is_read_strictly_and_never_trusted(raw, says):
      "not one per document"),
     ({"n": 2, "ids": [0, 1], "docs": [{}, {}], "values": {"doc_to_text": ["x", "y"]},
       "errors": {"doc_to_text": {"7": "boom"}}}, "not one per document"),
+    ({"n": 2, "ids": [0, 1], "docs": [{}, {}], "values": {}, "errors": {}, "varies": 1}, "another random seed"),
 ])
 def test_a_split_answered_in_another_shape_is_refused(got, says):
+    got = {"varies": None, **got}           # the child always says whether process_docs varied with the seed
     fields = list(got["values"])
     with pytest.raises(task_code.NotRun, match=says):
         task_code.split_of("eval", got, [0, 1], fields)
