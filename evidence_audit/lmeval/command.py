@@ -8,8 +8,9 @@ from pathlib import Path
 
 from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY, AuditOptions, print_report, short, write_report
 from evidence_audit.definitions import is_int
-from evidence_audit.lmeval import digest, rescore
+from evidence_audit.lmeval import rescore
 from evidence_audit.lmeval.driver import audit_lmeval
+from evidence_audit.lmeval.digest import before_audit
 from evidence_audit.reading import Unreadable, parse_strict, read_json
 
 LEVELS_SAY = ("levels: arithmetic = per-sample metrics, aggregates, groups, stderrs, hashes and doc_ids from the run "
@@ -80,7 +81,7 @@ def lmeval_main(args):
         return 2
     levels = (ARITHMETIC,) + ((IDENTITY,) if args.tokens or args.forward else ()) \
         + ((FORWARD,) if args.forward else ())
-    problem = digest.before_audit(args)     # --allowed-signers FILE checked, --sign KEY's signed digest written
+    problem = before_audit(args)     # --allowed-signers FILE checked, --sign KEY's signed digest written
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
