@@ -28,6 +28,8 @@ set aside with one warning before any scoring. Every run has one run id (uuid4 h
 O/private/<exp>/run.json, environment.json and report.html. The run ends with environment.json (only if some
 evidence was installed), report.html, and MANIFEST.json last (every public file with size and sha256, the private
 halves by digest); it prints "evidence digest: sha256:..." (the sha256 of MANIFEST.json) to cite next to the commit.
+With --sign KEY (an OpenSSH private key) the run then signs exactly that digest string with `ssh-keygen -Y sign`
+into O/MANIFEST.json.sig (experiments/signing.py; ssh-keygen and the key are checked before anything loads).
 """
 import argparse
 import difflib
@@ -49,7 +51,7 @@ import registry
 import resources
 from adapter import device_problem
 from evidence_report import page as report_page
-from experiments import EXPERIMENTS, launch, parallel, result_cache
+from experiments import EXPERIMENTS, launch, parallel, result_cache, signing
 from experiments.context import Context, Data, Inputs, Options
 from experiments.evidence import (MARKER, IdentityMismatch, ScoringError, Stages, environment, evidence_entries,
                                   existing_ancestor, new_run_id, probe_writable, read_marker, refuse_if_locked,
@@ -139,6 +141,9 @@ def build_parser():
     p.add_argument("--replace", action="store_true",
                    help="--out already holds evidence: move it aside to the sibling <OUT>.replaced-<its run id> "
                         "(printed) and write this run into OUT; without it such an --out is refused")
+    p.add_argument("--sign", metavar="KEY",
+                   help="sign the evidence digest with this OpenSSH private key (ssh-keygen -Y sign; a key with a "
+                        "passphrase signs through ssh-agent) into OUT/MANIFEST.json.sig; see docs/citing.md")
     p.add_argument("--verbose", action="store_true",
                    help="print the libraries' own log messages and warnings on the console (default: O/run.log)")
     p.add_argument("--shard", metavar="K/N",
@@ -174,6 +179,9 @@ def check_flags(args):
                             "cpu only; drop --fast or use --device cpu")
     if args.allow_partial_groups and args.limit is None:
         raise ResourceError("--allow-partial-groups only applies together with --limit N")
+    if args.sign is not None and args.shard:
+        raise ResourceError(f"--sign with --shard {args.shard[0]}/{args.shard[1]}: a shard writes no evidence digest; "
+                            "give --sign to the --merge that joins the shards")
     if args.limit is not None and (args.limit < 1 or args.smoke):
         raise ResourceError(f"--limit {args.limit}: expected N >= 1, without --smoke (the two select documents "
                             "differently)")
@@ -181,7 +189,7 @@ def check_flags(args):
 
 # what --merge uses itself; every other flag comes from the shards (experiments/launch.py OWN_ARGS: shard and
 # join_timeout have no part in a merge)
-MERGE_TAKES = ("cache", "out", "replace", "verbose", "merge")
+MERGE_TAKES = ("cache", "out", "replace", "verbose", "merge", "sign")
 
 
 def check_merge_flags(args, argv=None):
@@ -193,7 +201,7 @@ def check_merge_flags(args, argv=None):
     extra = [f"--{d.replace('_', '-')}" for d in given_flags(argv) if d not in MERGE_TAKES]
     if extra:
         raise ResourceError(f"--merge takes the scoring arguments from the shards; {', '.join(extra)} would do "
-                            "nothing: leave {} out (a merge takes only --cache, --out, --replace, --verbose)"
+                            "nothing: leave {} out (a merge takes only --cache, --out, --replace, --verbose, --sign)"
                             .format("it" if len(extra) == 1 else "them"))
 
 
@@ -711,9 +719,10 @@ def check_result_caches(args, modules, inputs):
             print(f"warning: {warning}", file=sys.stderr)
 
 
-def finish(out, env, installed, failed, chatter):
+def finish(out, env, installed, failed, chatter, sign=None):
     """The end of a run: environment.json (only if some evidence was installed), report.html, MANIFEST.json last;
-    print the evidence digest. Nothing at all when the run left no evidence (the next run may reuse O)."""
+    print the evidence digest, and with --sign KEY sign it into O/MANIFEST.json.sig (outside the manifest). Nothing
+    at all when the run left no evidence (the next run may reuse O)."""
     if not installed and not failed:
         return
     if installed:
@@ -727,6 +736,14 @@ def finish(out, env, installed, failed, chatter):
                             "else replaced it; no evidence digest is printed for evidence O does not hold")
     print(f"evidence: {out}/MANIFEST.json (run id {env['run_id']})")
     print(f"evidence digest: sha256:{digest}")
+    if sign is not None:
+        try:
+            key = signing.sign_evidence(out, sign, digest)
+        except ResourceError as e:
+            raise ResourceError(f"{e}; the evidence is complete and its digest printed above, but it is NOT signed "
+                                "(docs/citing.md: signing a digest later)")
+        print(f"evidence signature: {out}/{signing.SIGNATURE_NAME} (ssh-keygen -Y sign -n {signing.NAMESPACE} of the "
+              f"digest string above, {key})")
 
 
 def sha256_file_or_none(path):
@@ -776,6 +793,8 @@ def run_planned(plan, shard_docs, args, chatter):
     """run_all once the run's plan is made (experiments/launch.py): the checks, the experiments, the evidence."""
     args.as_given = launch.scoring_args(args)   # the shard identity: the arguments before route_data fills defaults
     check_flags(args)
+    if args.sign is not None:       # before anything loads: ssh-keygen is there and the key signs (a trial signature)
+        launch.on_rank0(plan, signing.check_key, args.sign)
     check_names(args)
     lock = launch.on_rank0(plan, claim_out, args, EXPERIMENTS)
     try:
@@ -828,7 +847,7 @@ def run_claimed(plan, shard_docs, args, chatter):
         chatter.log_end(env["run_id"], outcome + ("" if done["installed"] or done["failed"] else
                                                    "; no evidence installed"))
         env = launch.with_rank_environment(plan, env, started)
-        finished = finish_safely(out, env, done, chatter) if parallel.is_writer(plan) else True
+        finished = finish_safely(out, env, done, chatter, args.sign) if parallel.is_writer(plan) else True
     if interrupted:
         raise Interrupted(interrupted_state(args, done, inputs, modules, configs, env, since))
     return exit_code if finished else 2
@@ -925,11 +944,11 @@ def check_numerics(args, modules):
                             "--experiment (protocol states a tolerance-based claim off the cpu)")
 
 
-def finish_safely(out, env, done, chatter):
-    """finish(); False (after one error line) when the disk refuses the run's last files or O no longer holds the
-    manifest this run wrote."""
+def finish_safely(out, env, done, chatter, sign=None):
+    """finish(); False (after one error line) when the disk refuses the run's last files, O no longer holds the
+    manifest this run wrote, or --sign could not sign its digest."""
     try:
-        finish(out, env, done["installed"], done["failed"], chatter)
+        finish(out, env, done["installed"], done["failed"], chatter, sign)
         return True
     except ResourceError as e:
         print(f"error: {e}", file=sys.stderr)

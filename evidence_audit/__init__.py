@@ -11,7 +11,9 @@
 Options: --cache C (prepared cache; default: two levels above config.json's model.dir), --experiment NAME (audit
 only NAME; repeatable; an unknown name is a usage error, exit 2), --report PATH (default: cli.py's docstring says
 where each kind of audit writes), --threads N (torch threads for --forward, default 1), --strict (kept for old
-scripts: a requested check that had to be skipped always gives INCOMPLETE, exit 1), --public-only (the reader holds published evidence without O/private/, and says so).
+scripts: a requested check that had to be skipped always gives INCOMPLETE, exit 1), --public-only (the reader holds published evidence without O/private/, and says so),
+--allowed-signers FILE (verify O/MANIFEST.json.sig, the signature run.py --sign KEY made of the evidence digest, with
+ssh-keygen -Y verify against this OpenSSH allowed-signers file, and name the signer; docs/citing.md).
 The report on stdout has one line per check group; the JSON report holds every check and every failure message.
 
 Levels (each reported separately, per experiment and per check group, with the number of items checked):

@@ -42,6 +42,13 @@ def parse_args(argv):
     ap.add_argument("--review", type=Path, metavar="SHEET",
                     help="extraction: import a review sheet exported by O/private/extraction/review.html; a blank or "
                          "partly blank sheet is refused with the list of missing fields")
+    ap.add_argument("--allowed-signers", type=Path, metavar="FILE",
+                    help="verify the author's signature of the evidence digest (OUT/MANIFEST.json.sig; with --lm-eval "
+                         "RUN/evidence-digest.json.sig) against this OpenSSH allowed-signers file and name the signer; "
+                         "see docs/citing.md")
+    ap.add_argument("--sign", metavar="KEY",
+                    help="with --lm-eval: write the run's digest and its signature with this OpenSSH private key "
+                         "into RUN (evidence-digest.json and .sig; run.py --sign KEY signs run.py evidence)")
     lmeval_args(ap)
     args = ap.parse_args(argv)
     if args.out is None and args.lm_eval is None:

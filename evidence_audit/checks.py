@@ -179,6 +179,8 @@ def print_report(report, stream=None, levels_say=LEVELS_SAY):
             p(f"{'':<10} {'':<10} {more}")
     p(levels_say)
     verdict = report.get("result") or ("PASS" if report["exit_code"] == 0 else "FAIL")
+    signed = report.get("signature") or {}
+    verdict += f" (evidence digest signed by {signed['signer']}, {signed['key']})" if signed.get("signer") else ""
     if report.get("headline_note"):
         verdict += f" ({report['headline_note'].upper()})"
     if report.get("sample"):
@@ -193,12 +195,20 @@ def print_report(report, stream=None, levels_say=LEVELS_SAY):
 
 def write_report(path, report):
     """Temp file in the same directory + os.replace: a reader never sees half an audit.json."""
+    text = json.dumps(report, indent=1, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path, data):
+    """Write `data` to a temp file in the same directory, fsync, then os.replace: a reader never sees half a file
+    (the audit's reports, and the signed digest --lm-eval --sign writes)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1, sort_keys=True, ensure_ascii=False, default=str)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

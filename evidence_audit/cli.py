@@ -24,6 +24,7 @@ from evidence_audit.lmeval.command import lmeval_main
 from evidence_audit.mutations import mutation_selftest
 from evidence_audit.reading import Unreadable
 from evidence_audit.rules import extraction
+from evidence_audit.signature import SignatureError, check_allowed_signers
 
 
 def main(argv=None):
@@ -43,6 +44,10 @@ def audit_evidence(args):
         print("error: --public-only audits without O/private/: it cannot run --tokens, --forward or --mutations",
               file=sys.stderr)
         return 2
+    signing = signing_problem(args)
+    if signing:
+        print(f"error: {signing}", file=sys.stderr)
+        return 2
     unknown = [n for n in args.experiment or [] if n not in registry.NAMES]
     if unknown:
         print(f"error: --experiment {unknown[0]}: no such experiment; known experiments: "
@@ -61,7 +66,7 @@ def audit_evidence(args):
             levels = (ARITHMETIC,) + ((IDENTITY,) if args.tokens or args.forward else ()) \
                 + ((FORWARD,) if args.forward else ())
             report = audit(args.out, levels, args.cache, args.experiment, public_only=args.public_only,
-                           options=options)
+                           options=options, allowed_signers=args.allowed_signers)
             if args.strict and report["n_skipped_requested"] and report["exit_code"] == 0:
                 report["exit_code"], report["result"] = 1, "FAIL"
             print_report(report)
@@ -81,6 +86,21 @@ def audit_evidence(args):
         return report["exit_code"]
     print(f"report: {path}")
     return report["exit_code"]
+
+
+def signing_problem(args):
+    """The one line for --sign or --allowed-signers as audit.py OUT cannot take them, or None."""
+    if args.sign is not None:
+        return ("--sign: audit.py signs lm-eval runs (--lm-eval RUN_DIR --sign KEY); run.py --sign KEY signs the "
+                "evidence it writes")
+    if args.allowed_signers is not None and args.mutations:
+        return "--allowed-signers verifies a signature; the mutation self-test (--mutations) does not: give one"
+    if args.allowed_signers is not None:
+        try:
+            check_allowed_signers(args.allowed_signers)
+        except SignatureError as e:
+            return str(e)
+    return None
 
 
 def closest_first(name, known):

@@ -15,15 +15,17 @@ from evidence_audit.reading import Unreadable, check_formats, read_json, sha256_
 from evidence_audit.report_page import page_rebuild_check, report_html_check
 from evidence_audit.rules import RULES
 from evidence_audit.run_command import experiments_of_command
+from evidence_audit.signature import SIGNATURE
 
 
-def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, options=None):
+def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, options=None, allowed_signers=None):
     """Audit every experiment directory under `out` (or those named in `only`; the rest are reported as SKIPPED):
     the manifest level first (MANIFEST.json against the files), then each experiment's rule, then report.html,
     then what O must hold whatever the manifest says (completeness_checks; O/private/ absent while experiments are
     present makes the headline INCOMPLETE, whatever MANIFEST.json's "private" lists).
     `public_only`: the reader holds published evidence without O/private/ and says so (see headline).
     `options`: checks.AuditOptions (--threads, --review), handed to the rules as C.options.
+    `allowed_signers`: --allowed-signers FILE (signature.check_allowed_signers'd): verify O/MANIFEST.json.sig.
     Returns the report dict; raises Unreadable (exit 2)."""
     out = Path(out)
     if out.is_symlink():
@@ -38,7 +40,7 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
         raise Unreadable(lm_eval_output)
     check_formats(out)      # evidence of a format the rules were not written for is refused before any row
     C = Checks(options)
-    sealed = manifest_check(C, out, public_only)
+    sealed = manifest_check(C, out, public_only, allowed_signers)
     experiments = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")
                          and p.name != "private")
     if not experiments:
@@ -75,7 +77,7 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
               "cache": str(cache) if cache else None, "experiments": experiments, "checks": C.rows,
               "n_pass": status.count("PASS"), "n_fail": status.count("FAIL"), "n_skipped": status.count("SKIPPED"),
               "n_skipped_requested": len(skipped_requested), "details": info, "run_id": sealed["run_id"],
-              "public_only": public_only, "private_absent": sealed["private_absent"],
+              "public_only": public_only, "private_absent": sealed["private_absent"], "signature": sealed["signature"],
               "exit_code": 1 if "FAIL" in status else 0}
     headline(report)
     if C.headline_notes:      # on the RESULT line, where a reader looks first
@@ -150,7 +152,7 @@ def stray_evidence(C, out, experiments, only):
 # experiment's Result.public names) and the top-level files of O; anything else in the public part has no rule
 PUBLIC_FILES = ("config.json", "identity.json", "records.jsonl", "summary.json", "stages.json")
 PUBLIC_EXTRAS = {e.name: e.public_extras for e in registry.EXPERIMENTS}        # declared in registry.py
-TOP_FILES = ("MANIFEST.json", "environment.json", "report.html", "run.log")
+TOP_FILES = ("MANIFEST.json", "environment.json", "report.html", "run.log", SIGNATURE)
 TOP_OF_EXPERIMENT = {e.name: e.top_files for e in registry.EXPERIMENTS}    # written into O before the model loads
 # the private files every experiment run.py installs (run.json ties the private half to the public one by the run id),
 # and the text file each experiment's Result.private names

@@ -9,7 +9,8 @@ is a seal, not a proof. Such a forgery is caught only by the deeper levels — a
 recompute from the records: an inconsistent edit), identity (--tokens: the private texts, the tokenizer and the
 data must reproduce every hash and token id) and forward (--forward: the model's own numbers must reproduce every
 score). Cite the evidence digest (sha256 of MANIFEST.json's bytes) next to the commit so a reader can tell a
-rewritten manifest from the one published.
+rewritten manifest from the one published. With --allowed-signers FILE the last row verifies O/MANIFEST.json.sig
+(run.py --sign), the author's signature of that digest (signature.py): a forger who reseals cannot sign as the author.
 """
 import hashlib
 import json
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from evidence_audit.checks import MANIFEST_LEVEL, short
 from evidence_audit.reading import Unreadable, evidence_object, read_json, sha256_file
+from evidence_audit.signature import SIGNATURE, signature_row
 
 MANIFEST = "MANIFEST.json"
 FORMAT = "evidence-manifest/v1"
@@ -30,6 +32,11 @@ AUDIT_OUTPUT = re.compile(r"audit(\.[A-Za-z0-9_+-]+)?\.json")
 def is_audit_output(rel):
     """True for a top-level audit report of audit.py (rel: a path relative to O)."""
     return AUDIT_OUTPUT.fullmatch(rel) is not None
+
+
+def outside_manifest(rel):
+    """True for the files of O that MANIFEST.json never lists: itself, its signature, an audit report."""
+    return rel in (MANIFEST, SIGNATURE) or is_audit_output(rel)
 KEYS = ("format", "run_id", "experiments", "failed", "files", "private")
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 SHA = re.compile(r"[0-9a-f]{64}")
@@ -78,11 +85,22 @@ def private_digest(root):
 
 # ---- the checks -----------------------------------------------------------------------------------------------------
 
-def manifest_check(C, out, public_only=False):
-    """Every manifest row, in order. Returns {"run_id", "private_absent": [exp...], "manifest"} (run_id None
-    when the manifest is missing or has none) for the later checks and the headline."""
+def manifest_check(C, out, public_only=False, allowed_signers=None):
+    """Every manifest row, in order, the signature row last (`allowed_signers`: --allowed-signers FILE, checked).
+    Returns {"run_id", "private_absent": [exp...], "manifest", "signature"} (run_id None when the manifest is
+    missing or has none; signature: signature.signature_row's, for the report) for the later checks and the
+    headline."""
     out = Path(out)
     info = {"run_id": None, "private_absent": [], "manifest": None}
+    manifest_rows(C, out, public_only, info)
+    path = out / MANIFEST
+    digest = sha256_file(path, cached=False) if path.is_file() and not path.is_symlink() else None
+    info["signature"] = signature_row(C, MANIFEST_LEVEL, out / SIGNATURE, SIGNATURE, digest, allowed_signers, MANIFEST)
+    return info
+
+
+def manifest_rows(C, out, public_only, info):
+    """manifest_check's rows but the signature's."""
     files, dirs, odd = walk(out)
     C.add("-", MANIFEST_LEVEL, "no symlinks or special files under O", len(files) + len(dirs) + len(odd),
           [f"{rel}: {what}; run.py writes regular files and directories only" for rel, what in odd])
@@ -99,7 +117,7 @@ def manifest_check(C, out, public_only=False):
             C.skip("-", MANIFEST_LEVEL, check, f"{MANIFEST} missing or malformed (named above)")
         return info
     info.update(run_id=man["run_id"], manifest=man)
-    public = [f for f in files if f != MANIFEST and not is_audit_output(f) and not f.startswith("private/")]
+    public = [f for f in files if not outside_manifest(f) and not f.startswith("private/")]
     C.add("-", MANIFEST_LEVEL, "public files match MANIFEST.json (size, sha256)", len(man["files"]),
           public_files_problems(out, man, public, [d for d in dirs if d != "private" and
                                                    not d.startswith("private/")]))
@@ -249,7 +267,7 @@ def reseal(out):
     man = read_json(out / MANIFEST)
     files, _, _ = walk(out)
     man["files"] = {rel: {"size": (out / rel).stat().st_size, "sha256": sha256_file(out / rel, cached=False)}
-                    for rel in files if rel != MANIFEST and not is_audit_output(rel) and not rel.startswith("private/")}
+                    for rel in files if not outside_manifest(rel) and not rel.startswith("private/")}
     if (out / "private").is_dir():
         man["private"] = {p.name: dict(zip(("n_files", "sha256"), private_digest(p)))
                           for p in sorted((out / "private").iterdir()) if p.is_dir() and not p.is_symlink()}

@@ -8,7 +8,7 @@ from evidence_audit.checks import short
 
 # run.py's flags (run.parse_args), written again: those that take a value, and --merge, which takes one or more
 RUN_VALUE_FLAGS = ("--cache", "--out", "--experiment", "--split", "--data", "--model", "--device", "--threads",
-                   "--dtype", "--limit", "--shard", "--join-timeout")
+                   "--dtype", "--limit", "--shard", "--join-timeout", "--sign")
 RUN_SWITCHES = ("--smoke", "--no-sort-samples", "--fast", "--no-cache", "--allow-partial-groups", "--replace",
                 "--verbose", "--help")
 RUN_FLAGS = RUN_VALUE_FLAGS + RUN_SWITCHES + ("--merge",)

@@ -134,6 +134,7 @@ CODE_HASH_EXCLUDES = {
                                "enters the cache key as a value)",
     "experiments/launch.py": "starts and coordinates the ranks; which items a rank scores is parallel.py's rule",
     "experiments/runlog.py": "sends library chatter to run.log",
+    "experiments/signing.py": "signs the evidence digest once the evidence is written (run.py --sign)",
     "experiments/review_page.py": "renders extraction's private review pages from its records: a presentation",
     "harness/__init__.py": "imports nothing and defines nothing",
     "harness/cli.py": "python -m harness's command line; run.py's harness experiment calls the modules directly",
@@ -211,7 +212,8 @@ def write_json(path, obj):
 
 MANIFEST_FORMAT = "evidence-manifest/v1"
 MANIFEST_NAME = "MANIFEST.json"
-NOT_IN_MANIFEST = {MANIFEST_NAME, "audit.json", "audit.mutations.json"}
+SIGNATURE_NAME = "MANIFEST.json.sig"   # run.py --sign: the signature of the evidence digest (experiments/signing.py)
+NOT_IN_MANIFEST = {MANIFEST_NAME, SIGNATURE_NAME, "audit.json", "audit.mutations.json"}
 PROBE_BYTES = 1 << 20      # an --out must take this much (write + fsync + delete) before any model is loaded
 
 

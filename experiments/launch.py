@@ -21,7 +21,7 @@ from experiments.evidence import peak_rss_bytes
 from resources import ResourceError
 
 # where and how a run writes, not what it scores (as_given: the scoring arguments as given, set by run.py)
-OWN_ARGS = ("cache", "out", "replace", "verbose", "shard", "merge", "as_given", "join_timeout")
+OWN_ARGS = ("cache", "out", "replace", "verbose", "shard", "merge", "as_given", "join_timeout", "sign")
 
 
 def scoring_args(args):

@@ -11,6 +11,7 @@ from evidence_audit.definitions import is_int
 from evidence_audit import sampling
 from evidence_audit.lmeval import rescore
 from evidence_audit.lmeval.driver import audit_lmeval
+from evidence_audit.lmeval.digest import before_audit
 from evidence_audit.reading import Unreadable, parse_strict, read_json
 
 LEVELS_SAY = ("levels: arithmetic = per-sample metrics, aggregates, groups, stderrs, hashes and doc_ids from the run "
@@ -84,13 +85,18 @@ def lmeval_main(args):
         return 2
     levels = (ARITHMETIC,) + ((IDENTITY,) if args.tokens or args.forward else ()) \
         + ((FORWARD,) if args.forward else ())
+    problem = before_audit(args)     # --allowed-signers FILE checked, --sign KEY's signed digest written
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         selection = read_selection(args.samples) if args.samples is not None else None
         rescore.check_device(args.device)
         report = audit_lmeval(args.lm_eval, levels, args.data, args.model, args.sample, args.task,
                               options=AuditOptions(threads=args.threads, device=args.device or "cpu", sample=sample),
                               fewshot=args.fewshot_data,
-                              selection=selection, task_code=args.task_code)
+                              selection=selection, task_code=args.task_code,
+                              allowed_signers=args.allowed_signers)
     except Unreadable as e:
         print(f"error: {e}", file=sys.stderr)       # the message names the file: run, --samples or --model
         return 2

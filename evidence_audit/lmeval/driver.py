@@ -4,7 +4,7 @@ from pathlib import Path
 
 from evidence_audit import sampling
 from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, FORWARD, IDENTITY, Checks, headline, short
-from evidence_audit.lmeval import aggregate, docs, generate, groups, identity, persample, rescore, rolling
+from evidence_audit.lmeval import aggregate, digest, docs, generate, groups, identity, persample, rescore, rolling
 from evidence_audit.lmeval.files import discover, orphan_samples
 from evidence_audit.lmeval.fmt import read_results, read_samples
 from evidence_audit.lmeval.task import TaskRun
@@ -96,10 +96,11 @@ def verdict(report, rows):
 
 
 def audit_lmeval(run_dir, levels=(ARITHMETIC,), data=(), model=None, sample=None, only=None, options=None,
-                 fewshot=(), selection=None, task_code=()):
+                 fewshot=(), selection=None, task_code=(), allowed_signers=None):
     """The report dict of `audit.py --lm-eval RUN_DIR` (options: checks.AuditOptions, e.g. --threads; fewshot:
-    the --fewshot-data arguments; selection: --samples, {task: doc ids}; task_code: the --task-code arguments).
-    Raises Unreadable (exit 2) for an unreadable or unknown format."""
+    the --fewshot-data arguments; selection: --samples, {task: doc ids}; task_code: the --task-code arguments;
+    allowed_signers: --allowed-signers FILE, checked, for the signed digest: lmeval/digest.py). Raises Unreadable
+    (exit 2) for an unreadable or unknown format."""
     C, details, tasks = Checks(options), {}, []
     opts = {"data": data, "fewshot": fewshot, "model": model, "sample": sample, "loaded": {}, "task_code": task_code}
     runs = discover(run_dir)
@@ -124,8 +125,9 @@ def audit_lmeval(run_dir, levels=(ARITHMETIC,), data=(), model=None, sample=None
     for name in selection or {}:
         if not any(t == name or t.startswith(f"{name}@") for t in tasks) and (not only or name in only):
             C.add(name, ARITHMETIC, "task", 0, [f"--samples {name}: no such task in {run_dir}"])
+    signed = digest.digest_rows(C, run_dir, runs, allowed_signers)
     status = [r["status"] for r in C.rows]
-    report = {"audit_format": AUDIT_FORMAT, "evidence": str(run_dir), "kind": "lm-eval output", "levels": list(levels),
+    report = {"signature": signed, "audit_format": AUDIT_FORMAT, "evidence": str(run_dir), "kind": "lm-eval output", "levels": list(levels),
               "cache": None, "experiments": tasks, "checks": C.rows, "n_pass": status.count("PASS"),
               "n_fail": status.count("FAIL"), "n_skipped": status.count("SKIPPED"),
               "n_skipped_requested": sum(1 for r in C.rows if r["status"] == "SKIPPED" and r.get("requested", True)),
