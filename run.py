@@ -53,10 +53,11 @@ from adapter import device_problem
 from evidence_report import page as report_page
 from experiments import EXPERIMENTS, launch, parallel, result_cache, signing
 from experiments.context import Context, Data, Inputs, Options
-from experiments.evidence import (MARKER, IdentityMismatch, ScoringError, Stages, environment, evidence_entries,
-                                  existing_ancestor, new_run_id, probe_writable, read_marker, refuse_if_locked,
-                                  remove_marker, set_aside, still_running, sweep_claimed, take_out_lock, temp_dir_name,
-                                  unclaimed_entries, write_json, write_jsonl, write_manifest, write_marker)
+from experiments.evidence import (MARKER, PATHS_FILE, IdentityMismatch, LocalPaths, ScoringError, Stages, environment,
+                                  evidence_entries, existing_ancestor, new_run_id, probe_writable, read_marker,
+                                  refuse_if_locked, remove_marker, set_aside, still_running, sweep_claimed,
+                                  take_out_lock, temp_dir_name, unclaimed_entries, write_json, write_jsonl,
+                                  write_manifest, write_marker)
 from experiments.runlog import LibraryChatter, ending_of
 from harness.hf_model import ModelLoadError
 from resources import ResourceError
@@ -429,27 +430,84 @@ def split_notes(args, modules, inputs, routed=None):
               "order; config.json records it, every output says so); --split dev is refused on this data ***")
 
 
+def local_paths(args, inputs):
+    """The local paths this run names and their public placeholders (experiments/evidence.LocalPaths): O, the
+    cache, a local --model directory, --merge's shard directories, the --sign key, and the machine's checkout,
+    Python, home and temp directories."""
+    local = inputs.model_identity.get("source") == "local"
+    return LocalPaths.for_run(args.out, inputs.cache, inputs.model_identity.get("dir") if local else None,
+                              args.merge or (), getattr(args, "sign", None))
+
+
+# the flags whose values are local paths (--model only when it names a directory, not a lock id; --sign a key file)
+PATH_FLAGS = ("--cache", "--out", "--model", "--merge", "--sign")
+
+
+def public_command_line(argv, paths):
+    """sys.argv as the public files record it (environment.json, run.log, report.html): the script by its name
+    (run.py), the value of each of PATH_FLAGS by its placeholder however it was spelled (a relative path gives a
+    layout away too; a lock id given to --model stays), and any other absolute path by LocalPaths.public. The
+    command as typed is in O/private/<exp>/paths.json. Flags are read as argparse reads them (a unique prefix, or
+    --flag=value), so that the audit reads the same experiments and --limit from it."""
+    longs = [s for a in build_parser()._actions for s in a.option_strings if s.startswith("--")]
+
+    def flag_of(token):
+        name = token.partition("=")[0]
+        hits = [f for f in longs if f.startswith(name)]
+        return name if name in longs else (hits[0] if len(hits) == 1 else None)
+
+    def value(flag, v):
+        # a lock id is no directory here (check_names refused a --model that is neither); a root is known by its
+        # resolved spelling too, so a symlink or "a/../b" finds it
+        local = os.path.isdir(v) or (flag == "--sign" and os.path.isfile(v))
+        return paths.path(os.path.realpath(v)) if local else paths.public(v)
+
+    public, k = [Path(argv[0]).name] if argv else [], 1
+    while k < len(argv):
+        token, k = argv[k], k + 1
+        flag = flag_of(token) if token.startswith("--") else None
+        name, eq, given = token.partition("=")
+        if flag in PATH_FLAGS and eq:
+            public.append(f"{name}={value(flag, given)}")
+        elif flag in PATH_FLAGS:
+            public.append(token)
+            while k < len(argv) and not argv[k].startswith("-"):
+                public.append(value(flag, argv[k]))
+                k += 1
+                if flag != "--merge":   # one value; --merge takes every directory up to the next flag
+                    break
+        elif eq and given.startswith(os.sep):
+            public.append(f"{name}={paths.public(given)}")
+        else:
+            public.append(paths.public(token))
+    return public
+
+
 def sha256_json(obj):
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
-def run_identity(env, ctx, sections, result):
+def run_identity(env, ctx, sections, result, paths=None):
     """The full identity of this run: a cached score may only serve a request whose identity matches all of it.
 
     The scoring config is the experiment's effective config (config.json "config"), i.e. the config.py sections in
-    `sections` merged flat; the result cache keys on the same dict (result_cache.scoring_config)."""
+    `sections` merged flat; the result cache keys on the same dict (result_cache.scoring_config). `paths`
+    (LocalPaths): the identity as the public identity.json holds it, every local path by its placeholder, its
+    hashes taken over what config.json holds (the audit recomputes them from there)."""
+    public = paths.public if paths is not None else (lambda value: value)
+    scoring_config = public(ctx.config)
     return {
         "model_sha256": ctx.inputs.model_identity["model_sha256"],
         "tokenizer_sha256": ctx.inputs.model_identity["tokenizer_sha256"],
         **local_model_identity(ctx.inputs.model_identity),
         "data_content_sha256": ctx.data.content_sha256 if ctx.data is not None else None,   # the data it read
         "prompt_template_sha256": result.prompt_template_sha256,
-        "scoring_config": ctx.config,
-        "scoring_config_sha256": sha256_json(ctx.config),
+        "scoring_config": scoring_config,
+        "scoring_config_sha256": sha256_json(scoring_config),
         "config_sections": list(sections),
         "git_commit": env["git_commit"], "git_dirty": env["git_dirty"], "code_sha256": env["code_sha256"],
         "versions": env["versions"],
-        "official_config_sha256": sha256_json(result.config.get("official")),
+        "official_config_sha256": sha256_json(public(result.config.get("official"))),
         "run_id": env["run_id"],
     }
 
@@ -478,9 +536,11 @@ def install(tmp_dir, final_dir, run_id):
         shutil.rmtree(old.parent)
 
 
-def write_evidence(out, ctx, module, result, env, started, data_parallel=None):
+def write_evidence(out, ctx, module, result, env, started, data_parallel=None, paths=None):
     """Every evidence file of one experiment, written into temp directories inside the areas they become
-    (O/.tmp-<exp>-*, O/private/.tmp-<exp>-*) and installed by rename.
+    (O/.tmp-<exp>-*, O/private/.tmp-<exp>-*) and installed by rename. config.json and identity.json name local
+    paths by placeholder (`paths`, LocalPaths: the cache, O, a local model directory, the checkout, ...);
+    O/private/<exp>/paths.json maps them back.
 
     stages.json's total_wall_s is this experiment's own wall time: from `started` (just before run(ctx)) to the
     end of the write stage. O/private/<exp>/run.json ties the private half to the public one (the run id).
@@ -494,8 +554,8 @@ def write_evidence(out, ctx, module, result, env, started, data_parallel=None):
         tmp.mkdir()
         tmp_private.mkdir()
         with stages.stage("write"):
-            write_json(tmp / "config.json", result.config)
-            write_json(tmp / "identity.json", run_identity(env, ctx, module.CONFIG_SECTIONS, result))
+            write_json(tmp / "config.json", paths.public(result.config) if paths is not None else result.config)
+            write_json(tmp / "identity.json", run_identity(env, ctx, module.CONFIG_SECTIONS, result, paths))
             write_jsonl(tmp / "records.jsonl", result.records)
             write_json(tmp / "summary.json", result.summary)
             for fname, content in result.public.items():
@@ -503,6 +563,8 @@ def write_evidence(out, ctx, module, result, env, started, data_parallel=None):
             for fname, content in result.private.items():
                 resources.atomic_write_text(tmp_private / fname, content)
             write_json(tmp_private / "run.json", {"experiment": name, "run_id": env["run_id"]})
+            if paths is not None:
+                write_json(tmp_private / PATHS_FILE, paths.record(name))
         write_json(tmp / "stages.json", {"stages": stages.stages, "tokens": result.token_stats,
                                          "threads": ctx.config["threads"],
                                          "total_wall_s": round(time.perf_counter() - started, 4),
@@ -516,12 +578,13 @@ def write_evidence(out, ctx, module, result, env, started, data_parallel=None):
                 shutil.rmtree(d)
 
 
-def write_failure(out, name, err):
+def write_failure(out, name, err, paths=None):
     rows = [{"idx": r[0], "field": r[1], "official": r[2], "independent": r[3]} for r in err.rows]
     failure = {"experiment": name, "error": str(err), "mismatches": rows}
     if err.details:
         failure["details"] = err.details
-    write_json(Path(out) / f"{name}.FAILED.json", failure)
+    # public: a message that names a file names it by placeholder (the console below keeps the real paths)
+    write_json(Path(out) / f"{name}.FAILED.json", paths.public_text(failure) if paths is not None else failure)
     print(f"\nIDENTITY/EVIDENCE MISMATCH in {name}: {err}", file=sys.stderr)
     for key, value in (err.details or {}).items():
         print(f"  {key}: {value}", file=sys.stderr)
@@ -548,7 +611,7 @@ def cell(value, width=100):
     return f"{text[:width]}… ({len(text) - width} more characters)"
 
 
-def run_experiment(module, ctx, env):
+def run_experiment(module, ctx, env, paths=None):
     """Run one experiment and install its evidence; 0, or 1 on an identity mismatch or a scoring error.
     A ResourceError propagates: bad input stops the whole run (exit 2); so does a disk that cannot take the
     evidence (the temp directories are removed, nothing already installed is touched)."""
@@ -562,7 +625,7 @@ def run_experiment(module, ctx, env):
         return 0
     except IdentityMismatch as e:
         if parallel.is_writer(plan):
-            disk_errors(write_failure, out, name, e)
+            disk_errors(write_failure, out, name, e, paths)
         return 1
     except (ScoringError, parallel.RankFailure) as e:
         print(f"error: [{name}] {e}", file=sys.stderr)
@@ -578,7 +641,7 @@ def run_experiment(module, ctx, env):
     if plan.mode == "replay":          # a merge installs nothing before every experiment replayed
         plan.pending.append((out, ctx, module, result, env, time.perf_counter() - started, data_parallel))
         return 0
-    install_evidence(out, ctx, module, result, env, started, data_parallel)
+    install_evidence(out, ctx, module, result, env, started, data_parallel, paths)
     return 0
 
 
@@ -597,8 +660,8 @@ def undeclared_files(declared, result):
     return None
 
 
-def install_evidence(out, ctx, module, result, env, started, data_parallel):
-    disk_errors(write_evidence, out, ctx, module, result, env, started, data_parallel)
+def install_evidence(out, ctx, module, result, env, started, data_parallel, paths=None):
+    disk_errors(write_evidence, out, ctx, module, result, env, started, data_parallel, paths)
     print(f"[{ctx.name}] evidence: {out / ctx.name}/ (private texts: {out / 'private' / ctx.name}/)")
 
 
@@ -753,7 +816,7 @@ def sha256_file_or_none(path):
         return None
 
 
-def run_experiments(plan, args, modules, imports_s, inputs, options, env, done, routed=None):
+def run_experiments(plan, args, modules, imports_s, inputs, options, env, done, routed=None, paths=None):
     """Every experiment in order; the worst exit code (0 or 1); `done` collects installed and failed names."""
     exit_code = 0
     for k, module in enumerate(modules.values()):
@@ -762,7 +825,7 @@ def run_experiments(plan, args, modules, imports_s, inputs, options, env, done, 
             stages.stages.append({"name": "imports", "wall_s": round(imports_s, 4), "peak_rss_bytes_at_end": None})
         ctx = context_for(module, args, inputs, options, stages, routed, plan, env)
         done["running"] = module.NAME       # named by the line an interrupt prints
-        code = run_experiment(module, ctx, env)
+        code = run_experiment(module, ctx, env, paths)
         done["running"] = None
         exit_code = max(exit_code, code)
         if code == 0 and plan.mode not in ("shard", "replay"):
@@ -771,7 +834,7 @@ def run_experiments(plan, args, modules, imports_s, inputs, options, env, done, 
             done["failed"].append(module.NAME)
     for out, ctx, module, result, env, elapsed, data_parallel in plan.pending:
         # --merge: every experiment replayed (every shard item found); its own wall time is kept
-        install_evidence(out, ctx, module, result, env, time.perf_counter() - elapsed, data_parallel)
+        install_evidence(out, ctx, module, result, env, time.perf_counter() - elapsed, data_parallel, paths)
         done["installed"].append(ctx.name)
     return exit_code
 
@@ -821,11 +884,13 @@ def run_claimed(plan, shard_docs, args, chatter):
     out = launch.on_rank0(plan, setup_out, args, EXPERIMENTS, run_id) or Path(args.out)
     options = options_of(args)
     torch.set_num_threads(args.threads)  # process-wide: both paths alike (--threads, default config.py)
-    env = parallel.broadcast(plan, {**environment(args.threads), "run_id": run_id})
+    paths = local_paths(args, inputs)
+    env = parallel.broadcast(plan, {**environment(args.threads), "command_line": public_command_line(sys.argv, paths),
+                                    "run_id": run_id})
     configs = {name: context_for(m, args, inputs, options, Stages(), routed).config for name, m in modules.items()}
     identity = launch.check_merge_identity(plan, args, configs, inputs, env, shard_docs)
     if parallel.is_writer(plan):
-        chatter.to_file(out / "run.log", " ".join(["run.py", *sys.argv[1:]]) + f" (run id {env['run_id']})")
+        chatter.to_file(out / "run.log", " ".join(env["command_line"]) + f" (run id {env['run_id']})", paths.text)
     split_notes(args, modules, inputs, routed)
     if args.split == "confirm":
         print("*** CONFIRMATION SPLIT: scoring the 128 held-back items; every output says so ***")
@@ -836,7 +901,7 @@ def run_claimed(plan, shard_docs, args, chatter):
     started, since = time.perf_counter(), time.time()
     outcome, interrupted = "stopped by an error (exit 2)", False     # what run.log's closing line says
     try:
-        exit_code = run_experiments(plan, args, modules, imports_s, inputs, options, env, done, routed)
+        exit_code = run_experiments(plan, args, modules, imports_s, inputs, options, env, done, routed, paths)
         outcome = f"exit {exit_code}"
         if exit_code == 0 and plan.mode == "shard":
             launch.write_shard_file(plan, out, identity, env)

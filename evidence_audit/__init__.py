@@ -8,7 +8,10 @@
     python audit.py --lm-eval RUN_DIR ...          # audit an lm-eval 0.4.5, 0.4.7-0.4.13 --log_samples --output_path
                                                    # directory (evidence_audit/lmeval/: its levels and flags)
 
-Options: --cache C (prepared cache; default: two levels above config.json's model.dir), --experiment NAME (audit
+Options: --cache C (prepared cache) and --model DIR (a local model directory the run read): where the identity and
+forward levels find the tokenizer, the weights and the data; default: the cache and model directory
+O/private/<exp>/paths.json names (evidence format 3, whose public files name them <cache>/models/<id> and
+<model:NAME>), or for format 2 the path config.json's model.dir records. --experiment NAME (audit
 only NAME; repeatable; an unknown name is a usage error, exit 2), --report PATH (default: cli.py's docstring says
 where each kind of audit writes), --threads N (torch threads for --forward, default 1), --strict (kept for old
 scripts: a requested check that had to be skipped always gives INCOMPLETE, exit 1), --public-only (the reader holds published evidence without O/private/, and says so),

@@ -17,7 +17,10 @@ def parse_args(argv):
     ap.add_argument("out", type=Path, nargs="?", help="evidence directory written by run.py --out")
     ap.add_argument("--tokens", action="store_true", help="identity level: private texts, tokenizer, data parquet")
     ap.add_argument("--forward", action="store_true", help="forward level (implies --tokens): recompute every score")
-    ap.add_argument("--cache", type=Path, help="prepared cache (default: two levels above config.json's model.dir)")
+    ap.add_argument("--cache", type=Path,
+                    help="prepared cache (default: the one O/private/<exp>/paths.json names; format 2 evidence: two "
+                         "levels above config.json's model.dir); with OUT, --model DIR names a local model directory "
+                         "the run read (default: the one paths.json names)")
     ap.add_argument("--experiment", action="append",
                     help="audit only this experiment (repeatable); the others are reported as not selected")
     ap.add_argument("--mutations", action="store_true", help="mutation self-test on temporary copies of OUT")

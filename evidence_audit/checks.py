@@ -67,6 +67,7 @@ class AuditOptions:
     review_sheet: Optional[Path] = None     # extraction: --review SHEET, a filled sheet exported by the review page
     device: str = "cpu"                     # --lm-eval's forward level: --device cpu or cuda
     sample: Sample = field(default_factory=Sample)   # --sample N / --sample-seed S: the forward level's draw
+    model: Optional[Path] = None            # audit.py OUT --model DIR: the model directory the deeper levels read
 
 
 class Checks:

@@ -57,7 +57,12 @@ def audit_evidence(args):
     if isinstance(sample, str):
         print(f"error: {sample}", file=sys.stderr)
         return 2
-    options = AuditOptions(threads=args.threads, review_sheet=args.review, sample=sample)
+    for flag, given in (("--cache", args.cache), ("--model", args.model)):
+        if given is not None and not given.is_dir():
+            print(f"error: {flag} {given}: not a directory (--cache: the prepared cache; --model: the local model "
+                  "directory the run read)", file=sys.stderr)
+            return 2
+    options = AuditOptions(threads=args.threads, review_sheet=args.review, sample=sample, model=args.model)
     try:
         if args.mutations:
             report = mutation_selftest(args.out, args.cache, options=options, table_md=args.table_md)

@@ -11,7 +11,8 @@ from evidence_audit import sampling
 from evidence_audit.checks import ARITHMETIC, AUDIT_FORMAT, FORWARD, Checks, headline, short
 from evidence_audit.definitions import is_int, is_num
 from evidence_audit.manifest import is_audit_output, is_run_id, manifest_check, walk
-from evidence_audit.reading import Unreadable, check_formats, read_json, sha256_file
+from evidence_audit.reading import (PATHS_FILE, Unreadable, check_formats, evidence_object, paths_problems, read_json,
+                                    sha256_file)
 from evidence_audit.report_page import page_rebuild_check, report_html_check
 from evidence_audit.rules import RULES
 from evidence_audit.run_command import experiments_of_command
@@ -38,7 +39,7 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
     lm_eval_output = lm_eval_output_hint(out)
     if lm_eval_output:
         raise Unreadable(lm_eval_output)
-    check_formats(out)      # evidence of a format the rules were not written for is refused before any row
+    fmt = check_formats(out)    # evidence of a format the rules were not written for is refused before any row
     C = Checks(options)
     sealed = manifest_check(C, out, public_only, allowed_signers)
     experiments = sorted(p.name for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")
@@ -64,7 +65,7 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
     if not only:        # the page is built from public evidence: every audit, --public-only too, rebuilds it
         page_rebuild_check(C, out)
     stray_evidence(C, out, experiments, only)
-    completeness_checks(C, out, experiments)
+    completeness_checks(C, out, experiments, fmt)
     if not (out / "private").exists():      # what the experiments present write, not only what the manifest lists
         sealed["private_absent"] = sorted(set(sealed["private_absent"]) | set(experiments))
     if public_only and sealed["private_absent"]:      # the reader said so: a check needing O/private/ was not asked
@@ -192,18 +193,20 @@ def ran_check(C, out, experiments):
     C.add("-", ARITHMETIC, check, len(ran), bad, note="run: " + ", ".join(ran))
 
 
-def expected_private(experiments):
-    """{experiment: [paths under O/private/<experiment>/ it must hold]}: run.json for every experiment, and the
-    text file each known experiment writes."""
-    return {n: ["run.json", *PRIVATE_FILES.get(n, ())] for n in experiments}
+def expected_private(experiments, fmt=None):
+    """{experiment: [paths under O/private/<experiment>/ it must hold]}: run.json for every experiment, paths.json
+    too from evidence format 3 on (the local paths the public files name by placeholder), and the text file each
+    known experiment writes."""
+    own = ["run.json"] + ([PATHS_FILE] if fmt is not None and fmt >= 3 else [])
+    return {n: [*own, *PRIVATE_FILES.get(n, ())] for n in experiments}
 
 
-def private_presence_check(C, out, experiments):
+def private_presence_check(C, out, experiments, fmt=None):
     """Row "private evidence each experiment writes": with O/private/ present, every experiment present has its
     private files (what run.py writes, not what MANIFEST.json lists). O/private/ absent is the headline's
     INCOMPLETE (see headline)."""
     check = "private evidence each experiment writes (not what MANIFEST.json lists)"
-    want = expected_private(experiments)
+    want = expected_private(experiments, fmt)
     if not (out / "private").is_dir():
         C.skip("-", ARITHMETIC, check, "O/private/ absent", requested=False)
         return
@@ -396,10 +399,65 @@ def environment_ranks_check(C, out, experiments):
           environment_ranks_problems(out, env, experiments))
 
 
-def completeness_checks(C, out, experiments):
-    """Every row that says what O must hold, without MANIFEST.json."""
+def completeness_checks(C, out, experiments, fmt=None):
+    """Every row that says what O must hold, without MANIFEST.json. `fmt`: O's evidence format."""
     ran_check(C, out, experiments)
-    private_presence_check(C, out, experiments)
+    private_presence_check(C, out, experiments, fmt)
     public_rule_check(C, out, experiments)
     private_leak_check(C, out)
+    local_paths_check(C, out, experiments, fmt)
     environment_ranks_check(C, out, experiments)
+
+
+LOCAL_PATHS = "no local path in the public part (the paths O/private/<exp>/paths.json names)"
+NAME_CHARS = rb"A-Za-z0-9._~+-"     # a path followed by one of these is another name ("/tmp" is not in "/tmpx")
+# base64 that no reader reads as text (the page's PNG data URIs, the armored signature): "/tmp/" may occur in it by
+# chance, so it is left out of the search
+BASE64_SPANS = re.compile(rb"data:[a-z]+/[a-z0-9.+-]+;base64,[A-Za-z0-9+/=]+"
+                          rb"|-----BEGIN [A-Z ]+-----[A-Za-z0-9+/=\s]+-----END [A-Z ]+-----")
+
+
+def local_paths_check(C, out, experiments, fmt):
+    """Row LOCAL_PATHS: from evidence format 3 on the public files name local paths by placeholder, so no public
+    file (audit outputs aside: audit.py's, not the run's) may hold one of the paths the experiments'
+    O/private/<exp>/paths.json name (in its bytes, the path not followed by a character that continues a file
+    name; base64 images and signatures left out); each paths.json must be well formed and name its experiment. Needs O/private/; format 2 evidence records
+    the paths in its public files by design."""
+    if fmt is not None and fmt < 3:
+        C.skip("-", ARITHMETIC, LOCAL_PATHS, f"evidence format {fmt} records local paths in its public files by "
+               "design (config.json, identity.json, environment.json, run.log, report.html); format 3 names them "
+               "by placeholder", requested=False)
+        return
+    if not (out / "private").is_dir():
+        C.skip("-", ARITHMETIC, LOCAL_PATHS, "O/private/ absent: the paths to look for are named there",
+               requested=False)
+        return
+    bad, roots = [], {}
+    for name in experiments:
+        path = out / "private" / name / PATHS_FILE
+        if not path.is_file() or path.is_symlink():
+            continue                    # named by the private presence row
+        doc = evidence_object(path, read_json(path))
+        problems = paths_problems(f"private/{name}/{PATHS_FILE}", doc)
+        if not problems and doc["experiment"] != name:
+            problems = [f"private/{name}/{PATHS_FILE} experiment: {short(doc['experiment'])}, expected {name!r}"]
+        bad += problems
+        if not problems:
+            roots.update({p: placeholder for placeholder, p in doc["paths"].items() if p != "/"})
+    needles = [(re.compile(re.escape(p.encode("utf-8")) + rb"(?![" + NAME_CHARS + rb"])"), p, placeholder)
+               for p, placeholder in sorted(roots.items(), key=lambda kv: -len(kv[0]))]
+    files, _, _ = walk(out)
+    public = [f for f in files if not f.startswith("private/") and not is_audit_output(f)]
+    budget = MAX_SCAN_BYTES
+    for rel in public:
+        size = (out / rel).stat().st_size
+        if size > budget:
+            bad.append(f"{rel}: not scanned (the public part exceeds {MAX_SCAN_BYTES} bytes)")
+            continue
+        budget -= size
+        data = BASE64_SPANS.sub(b"", (out / rel).read_bytes())
+        hit = next(((p, placeholder) for rx, p, placeholder in needles if rx.search(data)), None)
+        if hit:
+            bad.append(f"{rel}: holds the local path {hit[0]} (run.py writes it as {hit[1]}; the paths stay in "
+                       "O/private/)")
+    C.add("-", ARITHMETIC, LOCAL_PATHS, len(public), bad, note=f"{len(roots)} local path(s) looked for")

@@ -257,7 +257,8 @@ def model_for_forward(C, name, ident, tokens, model_dir):
     sharded = is_local(ident) and st is not None and (Path(model_dir) / "model.safetensors.index.json").exists()
     if st is None or not (st.exists() or sharded) or not (Path(model_dir) / "config.json").exists():
         for check in ("model file",) + FORWARD_CHECKS:
-            C.skip(name, FORWARD, check, f"model not found ({st}); pass --cache with the prepared cache")
+            C.skip(name, FORWARD, check, f"model not found ({st}); pass --cache with the prepared cache (a local "
+                   "model: --model DIR)")
         return None
     bad = []
     if is_local(ident):     # a local --model directory: every file it had, re-hashed

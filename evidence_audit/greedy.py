@@ -21,7 +21,8 @@ def greedy_check(C, name, ident, records, tokens, model_dir):
         return None
     sharded = is_local(ident) and weights is not None and (Path(model_dir) / "model.safetensors.index.json").exists()
     if weights is None or not (weights.exists() or sharded):
-        C.skip(name, FORWARD, GREEDY, f"model not found ({weights}); pass --cache with the prepared cache")
+        C.skip(name, FORWARD, GREEDY, f"model not found ({weights}); pass --cache with the prepared cache (a local "
+               "model: --model DIR)")
         return None
     try:
         use_threads(C.options.threads)

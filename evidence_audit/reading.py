@@ -227,7 +227,11 @@ def sha256_file(path, cached=True):
 # format was versioned), would be misread, so it is refused on one line (exit 2) before any rule runs.
 
 FORMAT_KEY = "evidence_format"
-READS_EVIDENCE_FORMATS = (2, 2)      # (oldest, newest): the evidence formats this audit reads
+# Format 3 (over 2): the public files name local paths by placeholder ("<cache>/models/<id>", "<model:NAME>", "<out>",
+# ...; resolve_path) and O/private/<exp>/paths.json maps them back (local_paths). Nothing else changed, so the rules
+# read both: where a value is a placeholder or a path they resolve it by its shape, and the one check only format 3
+# can pass (no local path in the public part, driver.local_paths_check) says that format 2 records them by design.
+READS_EVIDENCE_FORMATS = (2, 3)      # (oldest, newest): the evidence formats this audit reads
 
 
 def format_refusal(where, obj):
@@ -284,17 +288,31 @@ def evidence_json_files(out):
 
 def check_formats(out):
     """Every JSON evidence file of O read strictly and its evidence format checked: the first file the audit cannot
-    read, or whose format it does not read, raises Unreadable (one line, exit 2)."""
+    read, or whose format it does not read, raises Unreadable (one line, exit 2); so does a file whose format is
+    not MANIFEST.json's (one run writes one format: the rules read O by that one). Returns O's format (None: no
+    JSON evidence file)."""
+    found = {}
     for path in evidence_json_files(out):
-        refusal = format_refusal(path, read_json(path))
+        obj = read_json(path)
+        refusal = format_refusal(path, obj)
         if refusal:
             raise Unreadable(refusal)
+        found[path] = obj[FORMAT_KEY]
+    manifest = Path(out) / "MANIFEST.json"
+    declared = found.get(manifest, next(iter(found.values()), None))
+    for path, fmt in found.items():
+        if fmt != declared:
+            said = "MANIFEST.json declares" if manifest in found else f"{next(iter(found))} has"
+            raise Unreadable(f"{path}: {FORMAT_KEY} {fmt}, but {said} {declared}; one run writes one evidence "
+                             "format (a file of another run, or edited)")
+    return declared
 
 
 def load_evidence(out, name):
     """The parsed files of experiment `name` under O and O/environment.json, by key (EVIDENCE_KEYS and
-    "environment"; None where a file is absent; a .json file without its evidence_format). Raises Unreadable for a
-    file that cannot be parsed, a .json file that is not an object, or one of an evidence format the audit does not
+    "environment"; None where a file is absent; a .json file without its evidence_format), and "paths": the local
+    paths O/private/<name>/paths.json maps its placeholders to ({} without one: local_paths). Raises Unreadable for
+    a file that cannot be parsed, a .json file that is not an object, or one of an evidence format the audit does not
     read."""
     exp = out / name
     ev = {"environment": read_json(out / "environment.json") if (out / "environment.json").exists() else None}
@@ -309,20 +327,82 @@ def load_evidence(out, name):
                       ("stages", exp / "stages.json")):
         if ev[key] is not None:
             ev[key] = evidence_object(path, ev[key])
+    ev["paths"] = local_paths(out, name)
     return ev
 
 
-def resolve_cache(cfg, cache):
-    """(model dir, data parquet) for an experiment: --cache is a prepared cache root (cache/models/<id>,
-    cache/data/<id>) or a model dir; default: the model dir config.json records, whose grandparent is the cache."""
+# ---- local paths (evidence format 3) -------------------------------------------------------------------------------
+# Written again on purpose (experiments/evidence.py LocalPaths): format 3's public files name a local path by a
+# placeholder -- "<cache>", "<out>", "<model:NAME>" (a local --model directory named NAME), "<repo>", ... -- alone or
+# followed by "/rest"; O/private/<exp>/paths.json maps each placeholder to the path it stood for on the machine that
+# ran it. Format 2 wrote the absolute paths themselves.
+
+PATHS_FILE = "paths.json"
+PLACEHOLDER = re.compile(r"<[a-z]+(:[^/]*)?>")
+PATHS_FIELDS = {"experiment", "paths", "command_line", "cwd"}
+
+
+def paths_problems(rel, doc):
+    """What is wrong with one O/private/<exp>/paths.json (its format already checked and taken off): the fields,
+    each placeholder a placeholder and each path absolute."""
+    if not isinstance(doc, dict) or set(doc) != PATHS_FIELDS:
+        return [f"{rel}: expected the fields {', '.join(sorted(PATHS_FIELDS))}, found "
+                f"{cut(json.dumps(sorted(doc) if isinstance(doc, dict) else doc), 80)}"]
+    bad = []
+    paths = doc["paths"]
+    if not (isinstance(paths, dict) and all(PLACEHOLDER.fullmatch(k) and isinstance(v, str) and v.startswith("/")
+                                            for k, v in paths.items())):
+        bad.append(f"{rel} paths: expected {{\"<placeholder>\": \"/absolute/path\", ...}}, found "
+                   f"{cut(json.dumps(paths), 80)}")
+    if not (isinstance(doc["command_line"], list) and all(isinstance(a, str) for a in doc["command_line"])):
+        bad.append(f"{rel} command_line: not a list of strings")
+    if not (isinstance(doc["cwd"], str) and doc["cwd"].startswith("/")):
+        bad.append(f"{rel} cwd: {cut(json.dumps(doc['cwd']), 60)} is not an absolute path")
+    return bad
+
+
+def local_paths(out, name):
+    """{placeholder: path} from O/private/<name>/paths.json, or {} when it is absent, malformed (the completeness
+    row names it) or of format 2 evidence (which has none)."""
+    path = Path(out) / "private" / name / PATHS_FILE
+    if not path.is_file() or path.is_symlink():
+        return {}
+    doc = evidence_object(path, read_json(path))
+    return dict(doc["paths"]) if not paths_problems(path.name, doc) else {}
+
+
+def resolve_path(recorded, known):
+    """The local path a recorded path names: format 2's absolute path as it is; format 3's "<placeholder>[/rest]"
+    under the path `known` gives for its placeholder (--cache, --model, paths.json); None when it names neither."""
+    if not isinstance(recorded, str):
+        return None
+    head, sep, rest = recorded.partition("/")
+    if PLACEHOLDER.fullmatch(head):
+        base = known.get(head)
+        if base is None:
+            return None
+        return Path(base) / rest if rest else Path(base)
+    return Path(recorded) if recorded.startswith("/") else None
+
+
+def resolve_cache(cfg, cache, model_dir=None, paths=None):
+    """(model dir, data parquet) for an experiment. --cache is a prepared cache root (cache/models/<id>,
+    cache/data/<id>) or a model dir; --model DIR (`model_dir`) is the model directory, whatever config.json records.
+    Default: what config.json's model.dir records -- format 2 an absolute path, format 3 "<cache>/models/<id>" or
+    "<model:NAME>", found through `paths` (O/private/<exp>/paths.json); the cache is that directory's grandparent
+    (a lock model) or the one paths.json names."""
     model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
     model_id, data_id = model.get("id"), cfg.get("data")
+    known = dict(paths or {})
+    if cache is not None:
+        known["<cache>"] = str(cache)
+    given = Path(model_dir) if model_dir is not None else None
     if model.get("source") == "local" and isinstance(model.get("dir"), str):
-        # a local --model directory: the one config.json names (its files are re-hashed against identity.json);
-        # the data still comes from the cache, when --cache names one
-        root = Path(cache) if cache is not None else None
+        # a local --model directory: --model, else the one config.json names (its files are re-hashed against
+        # identity.json); the data still comes from the cache, when --cache or paths.json names one
+        root = Path(known["<cache>"]) if "<cache>" in known else None
         parquet = root / "data" / data_id / "validation.parquet" if root and isinstance(data_id, str) else None
-        return Path(model["dir"]), parquet
+        return given or resolve_path(model["dir"], known), parquet
     if cache is not None:
         cache = Path(cache)
         if (cache / "config.json").exists() and (cache / "tokenizer.json").exists():
@@ -330,10 +410,11 @@ def resolve_cache(cfg, cache):
         else:
             model_dir, root = (cache / "models" / model_id if isinstance(model_id, str) else None), cache
     else:
-        recorded = model.get("dir")
-        if not isinstance(recorded, str):
-            return None, None
-        model_dir, root = Path(recorded), Path(recorded).parent.parent
+        recorded = resolve_path(model.get("dir"), known)
+        if recorded is None:
+            return given, None
+        model_dir, root = recorded, recorded.parent.parent
+    model_dir = given or model_dir
     parquet = root / "data" / data_id / "validation.parquet" if isinstance(data_id, str) else None
     rel = cfg.get("data_parquet")      # an experiment may name its data file (mctaco: data/<id>/<split>.parquet)
     if isinstance(rel, str) and not Path(rel).is_absolute() and ".." not in Path(rel).parts:

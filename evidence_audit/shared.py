@@ -754,7 +754,8 @@ def deeper_levels(C, name, ev, levels, cache, identity, forward=None, no_forward
     (`no_forward`: the reason) a forward level this experiment does not have. Returns the figures for audit.json."""
     info = {}
     if IDENTITY in levels or FORWARD in levels:
-        model_dir, parquet = resolve_cache(ev["config"], cache) if ev["config"] else (None, None)
+        model_dir, parquet = (resolve_cache(ev["config"], cache, C.options.model, ev.get("paths"))
+                              if ev["config"] else (None, None))
         info["model_dir"], info["data_parquet"] = str(model_dir), str(parquet)
         verified = identity(model_dir, parquet)
         if FORWARD in levels and forward is not None:

@@ -65,7 +65,8 @@ def tokenizer_or_skip(C, name, check, model_dir, ident, bad):
     `check` saying why it is not available."""
     tok_path = model_dir / "tokenizer.json" if model_dir else None
     if tok_path is None or not tok_path.exists():
-        C.skip(name, IDENTITY, check, f"tokenizer not found ({tok_path}); pass --cache with the prepared cache")
+        C.skip(name, IDENTITY, check, f"tokenizer not found ({tok_path}); pass --cache with the prepared cache (a "
+               "local model: --model DIR)")
         return None
     try:
         tok = load_tokenizer(tok_path)

@@ -11,7 +11,9 @@ from evidence_report.cells import sourced
 # The page is drawn for the formats in this range; evidence of any other, or of none (written before the format was
 # versioned), is refused on one line (report.py exits 2) rather than drawn from fields it may misread.
 FORMAT_KEY = "evidence_format"
-READS_EVIDENCE_FORMATS = (2, 2)      # (oldest, newest): the evidence formats this page reads
+# Format 3 names local paths by placeholder (<cache>, <out>, <model:NAME>, ...) where format 2 wrote them out; the
+# page shows what the files hold either way (the command line is the only path it draws).
+READS_EVIDENCE_FORMATS = (2, 3)      # (oldest, newest): the evidence formats this page reads
 
 
 class UnknownFormat(Exception):

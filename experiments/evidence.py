@@ -24,8 +24,9 @@ from resources import REPO, atomic_write_bytes, atomic_write_json, atomic_write_
 # its lines stay as they were: its format is the one MANIFEST.json declares. Any change to what an evidence file
 # holds (a field added, renamed, removed or given another meaning; a JSONL line of another shape) bumps it, and the
 # audit and report.py, which refuse a format they do not read on one line, learn the new one in the same change
-# (ARCHITECTURE.md, "Evidence format").
-EVIDENCE_FORMAT = 2
+# (ARCHITECTURE.md, "Evidence format"). Format 3: the public files name local paths by placeholder (LocalPaths
+# below), O/private/<experiment>/paths.json holds the paths.
+EVIDENCE_FORMAT = 3
 FORMAT_KEY = "evidence_format"
 
 
@@ -201,9 +202,116 @@ def environment(threads):
 
 
 def write_json(path, obj):
-    """A JSON evidence file (config, identity, summary, stages, environment, run.json, FAILED.json), stamped with
-    the evidence format."""
+    """A JSON evidence file (config, identity, summary, stages, environment, run.json, paths.json, FAILED.json),
+    stamped with the evidence format."""
     atomic_write_json(path, stamped(obj))
+
+
+# ---- local paths: kept out of the public files -------------------------------------------------------------------
+# A run names directories of the machine it ran on: the cache, O itself, a local --model directory, --merge's shard
+# directories, the checkout (the shipped harness tasks), the Python installation, the home and the temp directory.
+# The public part of O (everything but O/private/) is what a user publishes, so it names each of them by a
+# placeholder instead (LocalPaths.public / text / path), and O/private/<experiment>/paths.json maps every placeholder
+# back to the path it stands for (nothing is lost: the private half keeps the paths, the command line as typed and
+# the working directory). Since evidence format 3.
+
+PATHS_FILE = "paths.json"       # in O/private/<experiment>/, beside run.json
+_PATH_CHARS = "A-Za-z0-9._~+-"  # characters that continue a file name: "/tmp" is not a root of "/tmpfiles"
+
+
+class LocalPaths:
+    """The run's local paths and the placeholder each is published as. `paths`: {placeholder: absolute path}, in
+    the order given (when two roots are the same directory, the first one names it)."""
+
+    def __init__(self, roots):
+        self.paths = {}
+        for placeholder, path in roots:
+            self.add(placeholder, path)
+
+    @classmethod
+    def for_run(cls, out, cache, model_dir=None, shards=(), key=None):
+        """The roots of one run.py run: <out>, <cache>, <model:NAME> (a local --model directory, NAME its name),
+        <shard:NAME> (each --merge directory), <key:NAME> (the --sign key file), then the machine's <repo> (this
+        checkout), <python> (sys.prefix: the venv), <home> and <tmp>. A path is published under the longest root
+        that holds it."""
+        roots = [("<out>", out), ("<cache>", cache)]
+        if model_dir is not None:
+            roots.append((f"<model:{Path(model_dir).name}>", model_dir))
+        roots += [(f"<shard:{Path(os.path.abspath(d)).name}>", d) for d in shards]
+        if key is not None:
+            roots.append((f"<key:{Path(key).name}>", os.path.realpath(key)))
+        home = os.path.expanduser("~")
+        roots += [("<repo>", REPO), ("<python>", sys.prefix), ("<home>", home if os.path.isabs(home) else None),
+                  ("<tmp>", tempfile.gettempdir())]
+        return cls(roots)
+
+    def add(self, placeholder, path):
+        """Name `path` (made absolute) by `placeholder`; the filesystem root itself and a taken placeholder name
+        stay out (a second shard of one name gets "<shard:NAME-2>")."""
+        if path is None:
+            return
+        spelled = os.path.abspath(path)
+        if spelled == os.sep or spelled in self.paths.values():
+            return
+        base, k = placeholder, 2
+        while placeholder in self.paths:
+            placeholder, k = f"{base[:-1]}-{k}>", k + 1
+        self.paths[placeholder] = spelled
+
+    def spellings(self):
+        """[(spelling, placeholder)], longest first: each path as recorded and as resolved (a symlinked directory
+        has two spellings)."""
+        found = {}
+        for placeholder, path in self.paths.items():
+            for spelled in (path, os.path.realpath(path)):
+                found.setdefault(spelled, placeholder)
+        return sorted(found.items(), key=lambda kv: -len(kv[0]))
+
+    def path(self, text):
+        """An absolute path as the public files name it: "<root>" or "<root>/rest" under the longest root holding
+        it; an absolute path under none that exists here gets a "<path:NAME>" of its own; anything else as it is."""
+        for spelled, placeholder in self.spellings():
+            if text == spelled or text.startswith(spelled.rstrip(os.sep) + os.sep):
+                return placeholder + text[len(spelled):]
+        if os.path.isabs(text) and len(text) > 1 and os.path.lexists(text):
+            self.add(f"<path:{Path(text).name}>", text)
+            return self.path(text)
+        return text
+
+    def public(self, value):
+        """A JSON value with every string that is an absolute path written as path() says, and any root a string
+        still holds (a text that mentions a path) as text() says."""
+        if isinstance(value, dict):
+            return {k: self.public(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.public(v) for v in value]
+        if isinstance(value, str):
+            return self.text(self.path(value) if value.startswith(os.sep) else value)
+        return value
+
+    def text(self, text):
+        """Free text (a log line, an error message) with every root in it written as its placeholder: wherever
+        its spelling is not followed by a character that continues a file name ("/tmp" is no root of "/tmpx"), which
+        is what the audit's search for a local path in the public files looks for."""
+        for spelled, placeholder in self.spellings():
+            if spelled in text:
+                text = re.sub(rf"{re.escape(spelled)}(?![{_PATH_CHARS}])", lambda m, p=placeholder: p, text)
+        return text
+
+    def public_text(self, value):
+        """A JSON value with text() applied to every string in it (FAILED.json: messages that name files)."""
+        if isinstance(value, dict):
+            return {k: self.public_text(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.public_text(v) for v in value]
+        return self.text(value) if isinstance(value, str) else value
+
+    def record(self, experiment):
+        """O/private/<experiment>/paths.json: the placeholders and the paths they stand for, the command line as
+        typed and the directory it was typed in (its relative paths are relative to it)."""
+        return {"experiment": experiment, "paths": dict(self.paths), "command_line": list(sys.argv),
+                "cwd": os.getcwd()}
+
 
 
 # ---- the output directory: one run per O, leftovers, a usable disk, the manifest -------------------------------

@@ -9,6 +9,10 @@ configure it themselves.
 
 Records are buffered in memory until the output directory exists (to_file), because run.py creates O only after
 its inputs are verified: a refused command leaves no O behind.
+
+run.log is a public file: every line is written with the run's local paths by their placeholders (to_file's
+`scrub`, experiments/evidence.LocalPaths.text: a warning that names a file in the venv, the cache or O), which
+O/private/<experiment>/paths.json maps back.
 """
 import logging
 import logging.handlers
@@ -39,6 +43,18 @@ def ending_of(path, run_id):
     return found[-1] if found else None
 
 
+class ScrubbingFormatter(logging.Formatter):
+    """LOG_FORMAT, then `scrub` over the whole formatted record (its traceback too)."""
+
+    def __init__(self, fmt, scrub=None):
+        super().__init__(fmt)
+        self.scrub = scrub
+
+    def format(self, record):
+        text = super().format(record)
+        return self.scrub(text) if self.scrub is not None else text
+
+
 class LibraryChatter:
     """Routes LIBRARY_LOGGERS and Python warnings into one handler: a memory buffer, then O/run.log."""
 
@@ -67,13 +83,14 @@ class LibraryChatter:
         # that nothing it configures later writes to the console
         logging.getLogger().addHandler(self.buffer)
 
-    def to_file(self, path, heading="run.py"):
+    def to_file(self, path, heading="run.py", scrub=None):
         """From now on (and for what was buffered so far) append to `path`, after a line naming the run (a reused
-        output directory collects the messages of several runs)."""
+        output directory collects the messages of several runs). `scrub(text) -> text`: applied to every line
+        written (the local paths by their placeholders)."""
         if self.verbose or self.file is not None or getattr(self, "closed", False):
             return
         self.file = logging.FileHandler(path, mode="a", encoding="utf-8")
-        self.file.setFormatter(logging.Formatter(LOG_FORMAT))
+        self.file.setFormatter(ScrubbingFormatter(LOG_FORMAT, scrub))
         self.file.handle(logging.makeLogRecord({"name": "run", "levelno": logging.INFO, "levelname": "INFO",
                                                 "msg": f"{heading}: library messages of this run follow"}))
         self.buffer.setTarget(self.file)

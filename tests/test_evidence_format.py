@@ -76,16 +76,18 @@ def test_a_run_stamps_every_json_file_and_leaves_every_jsonl_line_as_it_was(fake
 # ---- the audit -------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, found", [
-    (3, "evidence_format 3"), (1, "evidence_format 1"), (0, "evidence_format 0"), ("2", 'evidence_format "2"'),
+    (4, "evidence_format 4"), (1, "evidence_format 1"), (0, "evidence_format 0"), ("2", 'evidence_format "2"'),
     (True, "evidence_format true"), (2.0, "evidence_format 2.0"), (None, "no evidence_format (evidence written before its format was versioned)"),
 ])
 def test_an_unknown_or_missing_format_is_refused_naming_file_version_and_range(value, found):
     obj = {"split": "smoke"} if value is None else {"split": "smoke", "evidence_format": value}
     assert audit_reading.format_refusal("O/protocol/summary.json", obj) == \
-        f"O/protocol/summary.json: {found}; this audit reads evidence formats 2 to 2"
+        f"O/protocol/summary.json: {found}; this audit reads evidence formats 2 to 3"
     assert report_reading.format_refusal("O/protocol/summary.json", obj) == \
-        f"O/protocol/summary.json: {found}; this report reads evidence formats 2 to 2"
-    assert audit_reading.format_refusal("x", {"evidence_format": 2}) is None
+        f"O/protocol/summary.json: {found}; this report reads evidence formats 2 to 3"
+    for readable in (2, 3):         # format 3 moved local paths to O/private/<exp>/paths.json; 2 is still read
+        assert audit_reading.format_refusal("x", {"evidence_format": readable}) is None
+        assert report_reading.format_refusal("x", {"evidence_format": readable}) is None
 
 
 def test_the_rules_see_the_evidence_without_its_format(tmp_path):
@@ -99,9 +101,9 @@ def test_the_rules_see_the_evidence_without_its_format(tmp_path):
 
 
 @pytest.mark.parametrize("rel, value, found", [
-    ("harness/summary.json", 3, "evidence_format 3"),
+    ("harness/summary.json", 4, "evidence_format 4"),
     ("MANIFEST.json", None, "no evidence_format"),
-    ("private/harness/run.json", 3, "evidence_format 3"),
+    ("private/harness/run.json", 4, "evidence_format 4"),
     ("private/harness/leaderboard.json", None, "no evidence_format"),
 ])
 def test_the_audit_refuses_any_evidence_file_of_another_format(tmp_path, rel, value, found):
@@ -110,7 +112,24 @@ def test_the_audit_refuses_any_evidence_file_of_another_format(tmp_path, rel, va
     with pytest.raises(audit_reading.Unreadable) as e:
         driver.audit(out, ("arithmetic",))
     assert str(e.value).startswith(f"{out / rel}: {found}") and "\n" not in str(e.value)
-    assert str(e.value).endswith("; this audit reads evidence formats 2 to 2")
+    assert str(e.value).endswith("; this audit reads evidence formats 2 to 3")
+
+
+@pytest.mark.parametrize("rel", ["harness/summary.json", "private/harness/run.json", "MANIFEST.json"])
+def test_a_file_of_another_readable_format_than_the_manifests_is_refused(tmp_path, rel):
+    """Formats 2 and 3 are both read, but one run writes one: a format 3 file in format 2 evidence (or the manifest
+    alone relabelled) is refused on one line naming the file, its format and the manifest's, before any rule reads
+    O by a format it is not."""
+    out = tiny_harness_evidence(tmp_path / "O")       # format 2 evidence, made by hand
+    set_format(out / rel, 3)
+    with pytest.raises(audit_reading.Unreadable) as e:
+        driver.audit(out, ("arithmetic",))
+    if rel == "MANIFEST.json":
+        assert str(e.value) == (f"{out / 'environment.json'}: evidence_format 2, but MANIFEST.json declares 3; one run "
+                                "writes one evidence format (a file of another run, or edited)")
+    else:
+        assert str(e.value) == (f"{out / rel}: evidence_format 3, but MANIFEST.json declares 2; one run writes one "
+                                "evidence format (a file of another run, or edited)")
 
 
 def test_audit_py_prints_one_line_and_exits_2(tmp_path):
@@ -120,7 +139,7 @@ def test_audit_py_prints_one_line_and_exits_2(tmp_path):
     assert proc.returncode == 2
     assert one_line(proc) == (f"error: unreadable evidence: {out / 'harness.FAILED.json'}: no evidence_format "
                               "(evidence written before its format was versioned); this audit reads evidence formats "
-                              "2 to 2")
+                              "2 to 3")
     assert not (out / "audit.json").exists()
 
 
@@ -155,7 +174,7 @@ def test_format_kinds_change_one_file_and_are_caught_by_strict_reading(tmp_path)
     assert (newer.level, newer.check, missing.level, missing.check) == ("arithmetic", READING, "arithmetic", READING)
     newer.apply(d)
     missing.apply(d)
-    assert json.loads((d / "protocol" / "summary.json").read_text()) == {"evidence_format": 3, "split": "smoke"}
+    assert json.loads((d / "protocol" / "summary.json").read_text()) == {"evidence_format": 4, "split": "smoke"}
     assert json.loads((d / "environment.json").read_text()) == {"run_id": "r"}
     with pytest.raises(NotApplicable):
         missing.apply(d)            # nothing left to remove
@@ -179,7 +198,7 @@ def test_a_file_the_page_cannot_parse_is_still_an_error_box_not_a_refusal(tmp_pa
 
 
 @pytest.mark.parametrize("rel, value, found", [
-    ("novel/summary.json", 3, "evidence_format 3"),
+    ("novel/summary.json", 4, "evidence_format 4"),
     ("novel/stages.json", None, "no evidence_format"),
     ("environment.json", 7, "evidence_format 7"),
 ])
@@ -189,7 +208,7 @@ def test_report_py_refuses_evidence_of_another_format_on_one_line(tmp_path, rel,
     proc = run_cli("report.py", out, timeout=300)
     assert proc.returncode == 2
     assert one_line(proc).startswith(f"report.py: error: {out / rel}: {found}")
-    assert one_line(proc).endswith("; this report reads evidence formats 2 to 2")
+    assert one_line(proc).endswith("; this report reads evidence formats 2 to 3")
     assert not (out / "report.html").exists()
 
 
@@ -199,9 +218,9 @@ def test_a_shard_file_carries_the_format_and_merge_refuses_another(tmp_path):
     shards.write_shard(tmp_path, 1, 2, {"args": {}}, {}, {"run_id": "r"})
     path = tmp_path / shards.NAME
     assert json.loads(path.read_text())["evidence_format"] == evidence.EVIDENCE_FORMAT
-    for value, found in ((3, "evidence_format 3"), (None, "no evidence_format")):
+    for value, found in ((2, "evidence_format 2"), (None, "no evidence_format")):
         set_format(path, value)
-        with pytest.raises(ResourceError, match=f"^--merge {path}: {found}; this run.py merges evidence format 2 "):
+        with pytest.raises(ResourceError, match=f"^--merge {path}: {found}; this run.py merges evidence format 3 "):
             shards.read_shard(tmp_path)
 
 
@@ -225,7 +244,7 @@ def test_every_json_file_of_a_fresh_run_carries_the_format_and_no_jsonl_line_doe
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rel, value, found", [
-    ("protocol/summary.json", 3, "evidence_format 3"),
+    ("protocol/summary.json", 4, "evidence_format 4"),
     ("extraction.preregistration.json", None,
      "no evidence_format (evidence written before its format was versioned)"),
 ])
@@ -236,7 +255,7 @@ def test_real_evidence_of_another_format_is_refused_on_one_line(smoke_run, tmp_p
     proc = run_cli("audit.py", out, timeout=900)
     assert proc.returncode == 2
     assert one_line(proc) == (f"error: unreadable evidence: {out / rel}: {found}; this audit reads evidence formats "
-                              "2 to 2")
+                              "2 to 3")
     proc = run_cli("report.py", out, timeout=300)
     if rel.startswith("protocol/"):          # the page reads the experiments' files, not the pre-registration
         assert proc.returncode == 2 and f"{out / rel}: {found}; this report reads" in one_line(proc)

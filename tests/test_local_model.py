@@ -244,7 +244,7 @@ def test_protocol_on_a_local_directory_agrees_exactly_and_audits(kind, tiny_dirs
     ident = json.loads((out / "protocol" / "identity.json").read_text())
     cfg = json.loads((out / "protocol" / "config.json").read_text())
     assert ident["model_source"] == "local" and ident["model_files"] == cfg["model"]["files"]
-    assert cfg["config"]["model"] == str(tiny_dirs[kind].resolve()) and cfg["config"]["threads"] == 1
+    assert cfg["config"]["model"] == f"<model:{tiny_dirs[kind].resolve().name}>" and cfg["config"]["threads"] == 1
     special = cfg["independent"]["special_tokens"]
     records = [json.loads(line) for line in (out / "protocol" / "records.jsonl").read_text().splitlines()]
     if kind == "llama":

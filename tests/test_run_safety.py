@@ -89,7 +89,7 @@ def test_run_id_is_everywhere_and_the_manifest_is_last(fake_run, tmp_path, capsy
     rid = manifest["run_id"]
     assert re.fullmatch(r"[0-9a-f]{32}", rid)
     assert set(manifest) == {"format", "run_id", "experiments", "failed", "files", "private", "evidence_format"}
-    assert manifest["format"] == "evidence-manifest/v1" and manifest["evidence_format"] == 2
+    assert manifest["format"] == "evidence-manifest/v1" and manifest["evidence_format"] == 3
     assert manifest["experiments"] == ["protocol", "options"] and manifest["failed"] == []
     assert read(out / "environment.json")["run_id"] == rid
     env = read(out / "environment.json")
@@ -98,7 +98,8 @@ def test_run_id_is_everywhere_and_the_manifest_is_last(fake_run, tmp_path, capsy
         assert ident["run_id"] == rid
         assert {k: ident[k] for k in ("git_commit", "git_dirty", "code_sha256")} == \
             {k: env[k] for k in ("git_commit", "git_dirty", "code_sha256")}
-        assert read(out / "private" / name / "run.json") == {"experiment": name, "run_id": rid, "evidence_format": 2}
+        assert read(out / "private" / name / "run.json") == {"experiment": name, "run_id": rid, "evidence_format": 3}
+        assert read(out / "private" / name / "paths.json")["paths"]["<out>"] == str(out)
     assert f'<meta name="evidence-run-id" content="{rid}">' in (out / "report.html").read_text()
     public = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()
                     and p.relative_to(out).parts[0] != "private" and p.name != "MANIFEST.json")
@@ -107,8 +108,8 @@ def test_run_id_is_everywhere_and_the_manifest_is_last(fake_run, tmp_path, capsy
         data = (out / rel).read_bytes()
         assert meta == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     lines = "".join(sorted(f"{rel}\t{hashlib.sha256((out / 'private/protocol' / rel).read_bytes()).hexdigest()}\n"
-                           for rel in ("run.json", "texts.jsonl")))
-    assert manifest["private"]["protocol"] == {"n_files": 2, "sha256": hashlib.sha256(lines.encode()).hexdigest()}
+                           for rel in ("paths.json", "run.json", "texts.jsonl")))
+    assert manifest["private"]["protocol"] == {"n_files": 3, "sha256": hashlib.sha256(lines.encode()).hexdigest()}
     assert f"evidence digest: sha256:{hashlib.sha256(manifest_bytes).hexdigest()}" in stdout
     assert not [p for p in out.rglob(".*")], "a successful run leaves no dot-file or dot-dir in O"
 
@@ -367,7 +368,7 @@ def test_temp_dirs_live_inside_the_area_they_become(fake_run, tmp_path, capsys, 
     (pub_tmp, pub, pub_files), (priv_tmp, priv, priv_files) = moves
     assert pub_tmp.parent == out and pub_tmp.name.startswith(".tmp-protocol-") and pub == out / "protocol"
     assert priv_tmp.parent == out / "private" and priv_tmp.name.startswith(".tmp-protocol-")
-    assert priv == out / "private" / "protocol" and priv_files == ["run.json", "texts.jsonl"]
+    assert priv == out / "private" / "protocol" and priv_files == ["paths.json", "run.json", "texts.jsonl"]
     assert "texts.jsonl" not in pub_files
 
 

@@ -7,7 +7,7 @@ import json
 from evidence_audit.checks import ARITHMETIC, FORWARD, IDENTITY
 from evidence_audit.mutations.tools import (NotApplicable, edit_json, edit_jsonl, edit_text, first_where, kind,
                                             need, private_rows, records)
-from evidence_audit.reading import read_json, read_jsonl, resolve_cache, sha256_file, sha256_text
+from evidence_audit.reading import local_paths, read_json, read_jsonl, resolve_cache, sha256_file, sha256_text
 from evidence_audit.rules.harness import h_aggregate, h_norm
 
 
@@ -55,8 +55,9 @@ def split_token(tok, ids):
 
 
 def tokenizer_of(d, exp):
-    """The tokenizer at the model dir the experiment's config.json records (NotApplicable without one)."""
-    model_dir, _ = resolve_cache(read_json(d / exp / "config.json"), None)
+    """The tokenizer at the model dir the experiment's config.json records, found as the audit finds it without
+    --cache (format 3: through O/private/<exp>/paths.json); NotApplicable without one."""
+    model_dir, _ = resolve_cache(read_json(d / exp / "config.json"), None, None, local_paths(d, exp))
     if model_dir is None or not (model_dir / "tokenizer.json").exists():
         raise NotApplicable(f"no tokenizer.json at the model dir {exp}/config.json records")
     from evidence_audit.tokens import load_tokenizer

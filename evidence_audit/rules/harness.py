@@ -114,11 +114,13 @@ def h_reference_sha256(ex):
 
 def h_model_name(model):
     """The name the leaderboard gives the smollm2 adapter's model (config.json "model"): a local directory by its
-    name, a prepared model by its lock id."""
+    name (format 3 records the directory as "<model:NAME>", format 2 by its path), a prepared model by its lock
+    id."""
     if not isinstance(model, dict):
         return None
     if model.get("source") == "local" and isinstance(model.get("dir"), str):
-        return PurePath(model["dir"]).name
+        named = re.fullmatch(r"<model:([^/]*)>", model["dir"])
+        return named.group(1) if named else PurePath(model["dir"]).name
     return model.get("id")
 
 
@@ -444,8 +446,8 @@ def prompt_template_check(C, name, ev, model_dir):
     check = "prompt template (chat template + prompt rule == prompt_template_sha256)"
     template, cfg, ident = chat_template(model_dir), ev["config"], ev["identity"]
     if template is None or cfg is None or ident is None:
-        C.skip(name, IDENTITY, check, f"no chat template in {model_dir} (pass --cache with the prepared cache), or "
-                                      "config.json / identity.json missing")
+        C.skip(name, IDENTITY, check, f"no chat template in {model_dir} (pass --cache with the prepared cache; a "
+                                      "local model: --model DIR), or config.json / identity.json missing")
         return
     bad = []
     expect(bad, "config.json", "chat_template_sha256", cfg.get("chat_template_sha256", MISSING),
