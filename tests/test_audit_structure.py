@@ -128,8 +128,13 @@ def test_hflm_the_loader_and_the_chat_renderer_are_written_once():
     assert called("from_pretrained") == ["evidence_audit.hflm"]
     assert called("gather") and set(called("gather")) <= {"evidence_audit.hflm", "evidence_audit.forward"}
     assert [m for m in called("log_softmax")] == ["evidence_audit.forward", "evidence_audit.hflm"]  # own pass, HFLM
-    for name in ("jinja", "template", "chat_renderer", "Unrenderable"):
+    for name in ("jinja", "template", "chat_renderer", "Unrenderable", "OverBound", "bounded"):
         assert defined(name) == ["evidence_audit.templates"], (name, defined(name))
+    # a template is compiled and rendered in the bounded worker only (templates.serve), never in the audit itself
+    assert called("from_string") == ["evidence_audit.templates"] and called("jinja") == ["evidence_audit.templates"]
+    tree = TREES[next(p for p in SOURCES if module_name(p) == "evidence_audit.templates")]
+    assert {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name != "jinja"
+            for n in ast.walk(f) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "jinja"} == {"serve"}
     sandboxes = sorted(module_name(p) for p in SOURCES if "ImmutableSandboxedEnvironment" in
                        {getattr(n, "id", None) for n in ast.walk(TREES[p])})
     assert sandboxes == ["evidence_audit.templates"], sandboxes

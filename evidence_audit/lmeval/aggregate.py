@@ -10,7 +10,7 @@ recomputed the way the run's Python adds (bootstrap.python_summation; both ways 
 name its Python, and the row's note says which matched)."""
 from evidence_audit.checks import ARITHMETIC, expect, short
 from evidence_audit.definitions import is_num
-from evidence_audit.lmeval.bootstrap import NotReproduced, bootstrap_stderr, python_summation
+from evidence_audit.lmeval.bootstrap import Budget, NotReproduced, bootstrap_stderr, python_summation
 from evidence_audit.lmeval.metrics import AGGREGATIONS, BOOTSTRAPPED, CLOSED_FORM_STDERR, SCALAR_AGGREGATIONS, \
     SUMMED, mean_stderr
 
@@ -117,6 +117,7 @@ class StderrRows:
     def __init__(self, sums, seen_sums):
         self.sums, self.seen = sums, seen_sums
         self.bad_se, self.bad_boot, self.n_se, self.n_boot, self.iters = [], [], 0, 0, set()
+        self.budget = Budget()      # the draws all of the task's bootstrap stderrs may take
 
 
 def stderr_row(rows, w, se_key, recorded, agg, items, scalars, plan):
@@ -137,7 +138,7 @@ def stderr_row(rows, w, se_key, recorded, agg, items, scalars, plan):
             rows.seen.add(comp)
     elif kind == "bootstrap":
         try:
-            comp, value = matches(recorded, lambda c: bootstrap_stderr(agg, items, why, c), rows.sums)
+            comp, value = matches(recorded, lambda c: bootstrap_stderr(agg, items, why, c, rows.budget), rows.sums)
         except NotReproduced as e:
             return f"bootstrap of {e}"
         rows.n_boot += 1

@@ -14,9 +14,12 @@ exp(-sum / n), the sum as builtin sum() does it, per replicate). The replicates 
 numpy.float64 from np.max; mcc and perplexity: float), which decide how builtin sum() adds them on Python >= 3.12.
 
 Not reproduced (NotReproduced, reported as a SKIPPED row): median and nanmean (the per-sample values' runtime types
-are not in the samples file), bleu, chrf and ter (sacrebleu), any other aggregation, and more than MAX_DRAWS
-draws. The results file does not name the scikit-learn release: one that computed F1 through precision and recall
-could round a replicate differently in the last bit, and that run would FAIL this row rather than pass.
+are not in the samples file), bleu, chrf and ter (sacrebleu), any other aggregation, and work past the audit's
+budget: more than MAX_ITERS replicates (each is kept until the stddev: memory), more than MAX_DRAWS draws for one
+stderr (time), more than MAX_TASK_DRAWS for all of a task's (Budget). bootstrap_iters is the run's own figure, so
+these bounds are what keeps an untrusted results file from holding the audit for hours. The results file does not
+name the scikit-learn release: one that computed F1 through precision and recall could round a replicate
+differently in the last bit, and that run would FAIL this row rather than pass.
 """
 import math
 import random
@@ -25,13 +28,32 @@ import re
 from evidence_audit.lmeval.metrics import f1_binary, mcc, perplexity, sample_stddev
 
 BLOCK = 2_000_000           # doubles drawn at once (rows of a chunk x items), to bound memory on large tasks
-MAX_DRAWS = 10 ** 9         # iterations x samples recomputed at most (lm-eval's default 100000 x 10000 samples);
-                            # bootstrap_iters comes from the run's file: a larger figure is NOT checked, by name
+# The budget, from measurements (docs/lm-eval-audit.md, "Bounds"; a shared 2-vCPU EPYC, numpy): 15-20 M draws a
+# second for f1, mcc and perplexity on 1000 samples; about 1.5 us and 70 bytes kept per replicate. Past a bound the
+# stderr is SKIPPED naming it (INCOMPLETE, never PASS).
+MAX_ITERS = 10 ** 6         # replicates: 10x lm-eval's default of 100000, which its CLI cannot change; ~70 MB kept,
+                            # where 9e7 replicates (just under the draws' bound on 11 samples) ran > 600 s, 7.1 GB
+MAX_DRAWS = 10 ** 9         # replicates x samples for one stderr: ~1 min here; lm-eval's default on lambada_openai's
+                            # perplexity (5153 samples) draws 5.2e8
+MAX_TASK_DRAWS = 2 * 10 ** 9    # for all the stderrs of one task, each summation tried counted: ~2 min here
 REPRODUCED = ("f1", "matthews_corrcoef", "perplexity")
 
 
 class NotReproduced(Exception):
     """This aggregation's bootstrap is not reproduced here (the message says why)."""
+
+
+class Budget:
+    """The draws one task's bootstrap stderrs may still take (MAX_TASK_DRAWS)."""
+
+    def __init__(self, draws=MAX_TASK_DRAWS):
+        self.left = draws
+
+    def spend(self, agg, draws):
+        if draws > self.left:
+            raise NotReproduced(f"{agg}: {draws} draws over the {self.left} left of the {MAX_TASK_DRAWS:.0e} the audit "
+                                "recomputes for one task (bootstrap.MAX_TASK_DRAWS)")
+        self.left -= draws
 
 
 def chunks(iters):
@@ -96,21 +118,27 @@ def perplexity_replicates(np, values, idx, compensated):
     return [math.exp(-(s / n)) for s in f.tolist()]
 
 
-def bootstrap_stderr(agg, items, iters, compensated=False):
+def bootstrap_stderr(agg, items, iters, compensated=False, budget=None):
     """lm-eval's bootstrap stderr of aggregation `agg` over the per-sample `items` (pairs for f1 and
-    matthews_corrcoef, floats for perplexity), `iters` as lm-eval was given it. Raises NotReproduced."""
+    matthews_corrcoef, floats for perplexity), `iters` as lm-eval was given it; the draws are taken from `budget`
+    (a task's Budget) when given. Raises NotReproduced."""
     if agg not in REPRODUCED:
         raise NotReproduced(f"{agg}: " + ("sacrebleu's corpus score, not written again here"
                                           if agg in ("bleu", "chrf", "ter") else
                                           "the replicates' runtime types are not in the samples file"
                                           if agg in ("median", "nanmean") else "no bootstrap written here"))
+    if iters > MAX_ITERS:
+        raise NotReproduced(f"{agg}: bootstrap_iters {iters} over the {MAX_ITERS:.0e} replicates the audit recomputes "
+                            "(bootstrap.MAX_ITERS; lm-eval's default is 100000)")
     if iters * len(items) > MAX_DRAWS:
         raise NotReproduced(f"{agg}: {iters} iterations x {len(items)} samples exceed the {MAX_DRAWS:.0e} draws the "
-                            "audit recomputes")
+                            "audit recomputes (bootstrap.MAX_DRAWS)")
     if agg == "perplexity" and not all(type(x) is float for x in items):
         raise NotReproduced("perplexity: a per-sample value is not a float")
     if agg == "f1" and f1_binary(items) is None:
         raise NotReproduced("f1: labels other than 0/1 (scikit-learn's binary F1 raises)")
+    if budget is not None:
+        budget.spend(agg, iters // min(1000, iters) * min(1000, iters) * len(items))
     np = numpy_or_none()
     res = replicates(np, agg, items, iters, compensated) if np is not None else \
         plain_replicates(agg, items, iters, compensated)

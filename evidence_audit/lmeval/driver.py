@@ -9,6 +9,7 @@ from evidence_audit.lmeval.files import discover, orphan_samples
 from evidence_audit.lmeval.fmt import read_results, read_samples
 from evidence_audit.lmeval.task import TaskRun
 from evidence_audit.reading import Unreadable
+from evidence_audit.templates import bounded
 
 
 class Results:
@@ -74,8 +75,9 @@ def audit_task(C, t, res, levels, opts):
     aggregate.aggregate_rows(C, t, res.name, res.data)
     ids = None
     if IDENTITY in levels:
-        identity.identity_rows(C, t, res.data, data_for(opts["data"], t.name), data_for(opts["fewshot"], t.name),
-                               opts["loaded"], opts["model"], data_for(opts["task_code"], t.name))
+        with bounded(t.label):      # every template of the task in one worker, under one budget
+            identity.identity_rows(C, t, res.data, data_for(opts["data"], t.name), data_for(opts["fewshot"], t.name),
+                                   opts["loaded"], opts["model"], data_for(opts["task_code"], t.name))
         ids = rescore.boundary_rows(C, t, opts["model"], res.data)
     if FORWARD in levels and t.output_type == generate.GENERATE_UNTIL:
         return generate.generate_rows(C, t, opts["model"], res.data, opts["sample"])

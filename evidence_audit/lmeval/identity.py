@@ -27,6 +27,7 @@ from evidence_audit.lmeval.rolling import ROLLING
 from evidence_audit.lmeval.task import group_of
 from evidence_audit.model_files import check_model_dir
 from evidence_audit.reading import sha256_text
+from evidence_audit.templates import OverBound
 
 DOCS_CHECK = "each logged doc == the data row at its doc_id (and its doc_hash)"
 PROCESSED_CHECK = "each logged doc == the task's process_docs(data rows) at its doc_id (and its doc_hash)"
@@ -150,6 +151,9 @@ def target_rows(C, t, code):
     for s in t.samples:
         try:
             target = prompt.target_of(cfg, doc_of(code, s))
+        except OverBound as e:      # past the worker's bounds: undecided, and so is every later render of the task
+            C.add(t.label, IDENTITY, TARGET_CHECK, len(t.samples), incomplete(str(e)))
+            return
         except Exception as e:      # a template error is a finding about this sample, not a crash of the audit
             bad.append(f"{s.where} doc_to_target: cannot render ({type(e).__name__}: {str(e)[:80]})")
             continue
@@ -332,6 +336,9 @@ def rolling_prompt_rows(C, t, code):
         try:
             text = prompt.doc_to_target(cfg.get("doc_to_target"), doc_of(code, s),
                                         t.config.get("doc_to_choice") is not None)
+        except OverBound as e:
+            C.add(t.label, IDENTITY, PROMPT_CHECK, len(t.samples), incomplete(str(e)))
+            return
         except Exception as e:      # a template error is a finding about this sample, not a crash of the audit
             bad.append(f"{s.where} doc_to_target: cannot render ({type(e).__name__}: {str(e)[:80]})")
             continue

@@ -51,11 +51,23 @@ from pathlib import Path
 
 from evidence_audit.lmeval.task_code import is_code
 from evidence_audit.reading import read_json, read_text
-from evidence_audit.templates import MAX_CHAT_TEMPLATE_BYTES, Unrenderable, template
+from evidence_audit.templates import MAX_CHAT_TEMPLATE_BYTES, OverBound, Unrenderable, template
 
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "    # transformers 4.57's continue_final_message marker (chat_template_utils)
 SAMPLERS = ("default", "first_n")
+# A rendered choice list or list of gold answers is parsed as a Python literal in the audit's own process: 200 K
+# characters of "[0,0,...]" take 0.5 s and 100 MB, 8 Mi (the longest rendered text) 21 s and 3.7 GB. The fixtures'
+# are under 100 characters; a list of long answers is a few KB.
+MAX_LITERAL_CHARS = 1 << 16
+
+
+def literal(text):
+    """ast.literal_eval(text), refusing (OverBound: undecided) a text over MAX_LITERAL_CHARS."""
+    if len(text) > MAX_LITERAL_CHARS:
+        raise OverBound(f"a rendered literal of {len(text)} characters, over the audit's bound of {MAX_LITERAL_CHARS} "
+                        "(prompt.MAX_LITERAL_CHARS)")
+    return ast.literal_eval(text)
 
 
 def apply(spec, doc):
@@ -95,7 +107,7 @@ def doc_to_target(spec, doc, has_choices):
         return ast.literal_eval(text)
     if len(text) >= 2 and text[0] == "[" and text[-1] == "]":
         try:
-            return ast.literal_eval(text)
+            return literal(text)
         except (SyntaxError, ValueError):
             return text
     return text
@@ -107,7 +119,7 @@ def doc_to_choice(spec, doc):
     if callable(spec):
         return spec(doc)
     if isinstance(spec, str):
-        return doc[spec] if spec in doc else ast.literal_eval(apply(spec, doc))
+        return doc[spec] if spec in doc else literal(apply(spec, doc))
     if isinstance(spec, list):
         return spec
     if isinstance(spec, dict):
