@@ -73,6 +73,9 @@ def aggregate_rows(C, t, where, top=None):
         if not items:
             bad.append(f"{w}.{key}: no sample logs metric {metric!r} under filter {filt!r}")
             continue
+        if agg == "mean" and all(isinstance(i, bool) for i in items):
+            items = [int(i) for i in items]     # a process_results returning bools (ifeval's prompt_level_*):
+            # lm-eval's mean and mean_stderr add them as 0 and 1, and so does the audit
         pairs = all(isinstance(i, tuple) and len(i) == 2 for i in items)
         scalars = all(is_num(i) and not isinstance(i, bool) for i in items)
         if agg not in AGGREGATIONS or not (scalars if agg in SCALAR_AGGREGATIONS else pairs):

@@ -436,6 +436,13 @@ def prepare(t, code_dir, data, fewshot, scans):
                "splits": {"eval": split_job(data, ids), **({"fewshot": split_job(fewshot, None)} if fewshot else {})}}
         if "process_results" in fields:
             job["splits"]["eval"]["results"] = results_of(t)
-        return run_job(job, fields, words)
+        try:
+            return run_job(job, fields, words)
+        except NotRun as e:     # a file named as under --task-code's folder: the same words on every machine
+            root, said = scans[str(code_dir)].root, str(e)
+            for f in modules:
+                if f.path.is_relative_to(root):
+                    said = said.replace(str(f.path), f"{root.name}/{f.path.relative_to(root).as_posix()}")
+            return NotRun(said)
     except NotRun as e:
         return e
