@@ -60,7 +60,10 @@ def write_fake_shard(directory, k, n, identity=None, items=None):
              "items_scored": {"official": [key for key, _ in items]}}        # parallel.rank_facts' shape
     shards.write_shard(directory, k, n, identity or {"args": {"smoke": True}, "n_shards": n},
                        {"protocol": {"official": {"items": items, "meta": {}}}},
-                       {"run_id": f"{k:032x}", "environment": {"cpu": "c"}, "experiments": {"protocol": facts}})
+                       {"run_id": f"{k:032x}", "environment": {"cpu": "c", "git_commit": None, "git_dirty": None,
+                                                                "kernels": {"torch_cpu_capability": "default",
+                                                                            "torch_threads": 1, "env": {}}},
+                        "experiments": {"protocol": facts}})
     return directory
 
 

@@ -15,7 +15,7 @@ from conftest import run_cli
 from evidence_audit import driver, report_page
 from evidence_audit.mutations.tools import seal
 from evidence_report import cells, page
-from test_audit import tiny_harness_evidence
+from test_audit import HEAD, made_at, tiny_harness_evidence
 
 ROW = report_page.CHECK
 CELL = re.compile(r'<td class="num" data-src="([^"]*)" data-value="([^"]*)"(?: title="[^"]*")?>([^<]*)</td>')
@@ -25,6 +25,7 @@ CELL = re.compile(r'<td class="num" data-src="([^"]*)" data-value="([^"]*)"(?: t
 def tiny_built(tmp_path_factory):
     """The tiny harness evidence with the page report.py draws from it (the plots too), sealed."""
     out = tiny_harness_evidence(tmp_path_factory.mktemp("forgery") / "O")
+    made_at(out, HEAD)      # this checkout's commit: its report.py is the builder that decides
     page.write(out)
     seal(out, "manifest")
     return out
@@ -158,7 +159,7 @@ def test_report_py_gives_the_same_bytes_twice(tiny):
 def test_report_check_catches_what_the_whitelist_cannot(tiny):
     """A cell pointed at another field of the same file holding an equal value passes the audit's whitelist row (its
     documented limit); report.py --check rebuilds the page and names the first difference, and so does the audit's
-    identity level, which runs it."""
+    level, which runs it in every audit."""
     proc = run_cli("report.py", "--check", tiny)
     assert proc.returncode == 0 and "byte for byte" in proc.stdout, proc.stdout + proc.stderr
     forge(tiny, repoint("harness/summary.json#leaderboard.tasks.arith.latency_s"))
@@ -167,8 +168,8 @@ def test_report_check_catches_what_the_whitelist_cannot(tiny):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and "first difference at line" in proc.stderr, proc.stderr
     assert "leaderboard.tasks.arith.latency_s" in proc.stderr, proc.stderr
-    from evidence_audit import driver       # the deeper audit runs that rebuild itself and fails the page
-    rebuilt = [r for r in driver.audit(tiny, ("arithmetic", "identity"))["checks"] if r["check"].startswith(
+    from evidence_audit import driver       # every audit runs that rebuild itself and fails the page
+    rebuilt = [r for r in driver.audit(tiny)["checks"] if r["check"].startswith(
         "report.html rebuilt")]
     assert [r["status"] for r in rebuilt] == ["FAIL"] and "latency_s" in rebuilt[0]["first_failure"], rebuilt
 

@@ -18,6 +18,10 @@ import pytest
 from conftest import PY, REPO, run_cli
 
 
+# what run.py --shard records of its machine (evidence.environment): the commit, a clean tree, the kernels
+SHARD_MACHINE = {"git_commit": "ab" * 20, "git_dirty": False,
+                 "kernels": {"torch_cpu_capability": "avx2", "torch_threads": 1, "env": {"ATEN_CPU_CAPABILITY": None}}}
+
 def one_line(proc):
     """The single stderr line of a refused command (exit 2, no traceback)."""
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -88,7 +92,7 @@ def write_shard(directory, k, n, edit=None):
              "host": "node1", "pid": 4242}
     shards.write_shard(directory, k, n, {"args": {"smoke": True}, "n_shards": n},
                        {"protocol": {"official": {"items": items, "meta": {}}}},
-                       {"run_id": f"{k:032x}", "environment": {"cpu": "some cpu", "run_id": f"{k:032x}"},
+                       {"run_id": f"{k:032x}", "environment": {"cpu": "some cpu", "run_id": f"{k:032x}", **SHARD_MACHINE},
                         "experiments": {"protocol": facts}})
     if edit:
         doc = json.loads((directory / shards.NAME).read_text())
@@ -133,6 +137,8 @@ FORGED = [
     ("run.experiments.protocol.host", set_in(FACTS + ("host",), ["x"])),
     ("run.experiments.protocol", set_in(FACTS + ("forged",), 1)),
     ("run.environment.cpu", set_in(("run", "environment", "cpu"), 7)),
+    ("run.environment.git_commit", set_in(("run", "environment", "git_commit"), "not a commit")),
+    ("run.environment.kernels.env", set_in(("run", "environment", "kernels", "env"), {"LD_PRELOAD": "x"})),
 ]
 
 
