@@ -114,17 +114,22 @@ def task_manager():
     return tm
 
 
-def lm_eval_run(lm, model_dir, out, tasks, limit=None, samples=None, system_instruction=None):
+def lm_eval_run(lm, model_dir, out, tasks, limit=None, samples=None, system_instruction=None, batch_size=None,
+                model_args=None):
     """simple_evaluate + EvaluationTracker into `out`, as lm_eval/__main__.py does with --log_samples
     --output_path out (model_args name the model dir, so the files go to out/<sanitized model name>/);
-    system_instruction as --system_instruction (no chat template)."""
+    system_instruction as --system_instruction (no chat template); batch_size as --batch_size records it (the
+    HFLM object is built with its own: without it the results record none, as for an lm object passed in);
+    model_args as --model_args records it (default: pretrained=<model_dir> alone, so the results name no dtype or
+    attention: the audit then takes transformers' defaults)."""
     from lm_eval import evaluator
     from lm_eval.loggers import EvaluationTracker
 
     os.environ.setdefault("DISABLE_MULTIPROC", "1")      # bootstrap stderr without a process pool
     tracker = EvaluationTracker(output_path=str(out))
     results = evaluator.simple_evaluate(
-        model=lm, model_args=f"pretrained={model_dir}", tasks=tasks, limit=limit, samples=samples,
+        model=lm, model_args=model_args or f"pretrained={model_dir}", tasks=tasks, limit=limit, samples=samples,
+        batch_size=batch_size,
         log_samples=True, evaluation_tracker=tracker, bootstrap_iters=BOOTSTRAP_ITERS, cache_requests=False,
         task_manager=task_manager(), system_instruction=system_instruction)
     logged = results.pop("samples")

@@ -81,7 +81,8 @@ SETUP_COMMAND = ("python3.11 -m venv .venv && .venv/bin/pip install -r requireme
 TEST_COMMAND = ".venv/bin/python -m pytest -q tests"
 # the repository's scripts a command line in the README or docs/ may invoke (each must answer --help with exit 0)
 SCRIPTS = ("run.py", "prepare.py", "audit.py", "report.py", "bench.py", "synth_mctaco.py", "-m harness",
-           "tools/lmeval_offline_run.py", "tools/make_task_file_table.py", "tools/stock_task_run.py")
+           "tools/lmeval_offline_run.py", "tools/make_task_file_table.py", "tools/stock_task_run.py",
+           "tools/measure_forward_sample.py")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^()\s]+)\)")
 
 
