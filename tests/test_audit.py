@@ -317,9 +317,10 @@ def test_forward_level_passes_and_reports_its_max_abs_diff(evidence):
 
 
 @pytest.mark.slow
-def test_missing_private_file_skips_identity_checks_and_names_it(evidence):
+def test_missing_private_file_skips_identity_checks_and_names_it(evidence, prepared_cache):
     shutil.rmtree(evidence / "private")
-    proc = audit(evidence, "--tokens")
+    # without O/private/ nothing names the cache (O/private/<exp>/paths.json did): the reader passes it
+    proc = audit(evidence, "--tokens", "--cache", prepared_cache)
     # the manifest lists private evidence: never a bare PASS without it (--public-only cannot run --tokens)
     assert proc.returncode == 1 and "RESULT: INCOMPLETE: O/private/ absent" in proc.stdout, proc.stdout
     by_name = {c["check"].split(" (")[0]: c for c in checks(evidence, "identity")}
@@ -329,7 +330,7 @@ def test_missing_private_file_skips_identity_checks_and_names_it(evidence):
     assert "SKIPPED" in proc.stdout and "texts.jsonl" in proc.stdout
     # the data check needs no private file and still runs
     assert by_name["data parquet"]["status"] == "PASS"
-    assert audit(evidence, "--tokens", "--strict").returncode == 1
+    assert audit(evidence, "--tokens", "--strict", "--cache", prepared_cache).returncode == 1
 
 
 # ---- mutation self-test ------------------------------------------------------------------------------------------
@@ -458,7 +459,8 @@ def test_tie_rule_and_majority_tie_recomputed(evidence):
 @pytest.mark.slow
 def test_experiment_without_a_rule_is_reported_not_ignored(evidence):
     (evidence / "newstudy").mkdir()
-    (evidence / "newstudy" / "summary.json").write_text('{"evidence_format": 2}')
+    fmt = json.loads((evidence / "MANIFEST.json").read_text())["evidence_format"]     # the run's own format
+    (evidence / "newstudy" / "summary.json").write_text(json.dumps({"evidence_format": fmt}))
     manifest_level.reseal(evidence)
     proc = audit(evidence)
     assert proc.returncode == 1

@@ -916,7 +916,8 @@ def reseal(d):
     summary = json.loads((d / "harness" / "summary.json").read_text())
     harness_aggregates(summary["leaderboard"], rows)
     (d / "harness" / "summary.json").write_text(json.dumps(summary, indent=1))
-    (d / "harness" / "leaderboard.json").write_text(json.dumps({**summary["leaderboard"], "evidence_format": 2},
+    fmt = json.loads((d / "MANIFEST.json").read_text())["evidence_format"]     # the run's own evidence format
+    (d / "harness" / "leaderboard.json").write_text(json.dumps({**summary["leaderboard"], "evidence_format": fmt},
                                                                indent=1))
     report.write(d)
     manifest = json.loads((d / "MANIFEST.json").read_text())

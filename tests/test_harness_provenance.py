@@ -302,6 +302,10 @@ def test_the_model_is_named_by_its_directory_or_lock_id():
               "source": {"kind": "pypi-wheel"}}
     assert model_name(local) == h_model_name(local) == "tiny-llama"
     assert model_name(locked) == h_model_name(locked) == "smollm2-135m-instruct-q4_1"
+    # evidence format 3: config.json names a local directory by placeholder (its path is in O/private/)
+    assert h_model_name({"id": "<model:tiny-llama>", "dir": "<model:tiny-llama>", "source": "local"}) == "tiny-llama"
+    assert h_model_name({"id": "smollm2-135m-instruct-q4_1", "dir": "<cache>/models/smollm2-135m-instruct-q4_1",
+                         "source": {"kind": "pypi-wheel"}}) == "smollm2-135m-instruct-q4_1"
     source = (REPO / "harness" / "adapters.py").read_text() + (REPO / "experiments" / "harness.py").read_text()
     assert 'f"smollm2:' not in source
 
@@ -347,7 +351,9 @@ def test_real_smoke_forgery_renamed_example_fails_at_the_arithmetic_level(smoke_
         harness_aggregates(board, rows)
     summary["tasks_are_shipped_fixtures"]["arithmetic"] = False
     write_json(d / "harness/summary.json", summary)
-    write_json(d / "harness/leaderboard.json", {**summary["leaderboard"], "evidence_format": 2})
+    write_json(d / "harness/leaderboard.json", {**summary["leaderboard"],
+                                                "evidence_format": json.loads((d / "MANIFEST.json").read_text())[
+                                                    "evidence_format"]})
     write_json(d / "private/harness/leaderboard.json", private)
     report.write(d)
     seal(d, "manifest")

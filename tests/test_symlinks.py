@@ -115,8 +115,12 @@ def test_symlinked_cache_root_runs_as_the_real_one(prepared_cache, smoke_run, tm
     out = tmp_path / "O"
     ok(run_py(sys.executable, "prepare.py", "--cache", cache, "--verify"))
     ok(run_py(sys.executable, "run.py", "--cache", cache, "--out", out, *SMOKE_PROTOCOL))
-    assert_same_protocol_evidence(smoke_run[0], out, path_spelled_differently=True)
-    assert json.loads((out / "protocol/config.json").read_text())["model"]["dir"].startswith(str(cache))
+    # evidence format 3: the public files name the cache <cache> however it is spelled, so nothing differs (the
+    # spelling, through the link, is in O/private/protocol/paths.json)
+    assert_same_protocol_evidence(smoke_run[0], out)
+    assert json.loads((out / "protocol/config.json").read_text())["model"]["dir"] == \
+        "<cache>/models/smollm2-135m-instruct-q4_1"
+    assert json.loads((out / "private/protocol/paths.json").read_text())["paths"]["<cache>"] == str(cache)
     ok(run_py(sys.executable, "audit.py", out))
     ok(run_py(sys.executable, "audit.py", out, "--tokens", "--cache", cache))
 
