@@ -847,9 +847,12 @@ def run_all(args, chatter):
     check_flags(args)
     plan, shard_docs = launch.plan_for(args, defaults=vars(parse_args(["--cache", "-", "--out", "-"])))
     try:
-        return run_planned(plan, shard_docs, args, chatter)
-    finally:
-        parallel.shutdown(plan)
+        code = run_planned(plan, shard_docs, args, chatter)
+    except BaseException:
+        parallel.shutdown(plan, clean=False)
+        raise
+    parallel.shutdown(plan)
+    return code
 
 
 def run_planned(plan, shard_docs, args, chatter):

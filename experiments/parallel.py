@@ -185,11 +185,21 @@ def one_process_lm_eval():
         os.environ.update(saved)
 
 
-def shutdown(plan):
+def shutdown(plan, clean=True):
+    """Leave the process group. After a clean run every rank first meets the others at a barrier: rank 0 still
+    writes the evidence after the last collective, and a rank that tore its group down and exited meanwhile
+    aborted at exit (SIGABRT, "terminate called without an active exception") in some of the test suite's torchrun
+    launches. After an error no barrier (the peers may be gone), and a peer that left during the barrier (rank 0
+    failed writing) does not turn this rank's finished run into a traceback: the group is torn down either way."""
     if plan is not None and plan.mode == "distributed":
         import torch.distributed as dist
 
         if dist.is_initialized():
+            if clean:
+                try:
+                    dist.barrier()
+                except RuntimeError:    # gloo: the peer closed its connection; its own exit code says why
+                    pass
             dist.destroy_process_group()
 
 
