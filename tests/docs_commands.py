@@ -81,7 +81,7 @@ TABLE = [
      SUITE + "test_own_data_import_and_run"),
     ("README.md", ".venv/bin/python run.py --cache ./cache --out out-mine --experiment protocol --data mine", RUN,
      SUITE + "test_own_data_import_and_run"),
-    ("README.md", "lm_eval --model hf --model_args pretrained=HuggingFaceTB/SmolLM2-135M-Instruct,dtype=float32 "
+    ("README.md", ".venv/bin/lm_eval --model hf --model_args pretrained=HuggingFaceTB/SmolLM2-135M-Instruct,dtype=float32 "
      "--tasks sst2 --limit 50 --log_samples --output_path runs/sst2", PARSED, HUB + " (the model and GLUE SST-2)"),
     ("README.md", ".venv/bin/python audit.py --lm-eval runs/sst2", RUN, SUITE + "test_lmeval_audit_of_a_run_dir"),
     ("docs/audit.md", ".venv/bin/python audit.py smoke", RUN, SUITE + "test_readme_setup_smoke_audit_report_verify"),
@@ -157,7 +157,7 @@ TABLE = [
      "needs smol.json (above)"),
     ("docs/harness.md", ".venv/bin/python run.py --cache ./cache --out out-h --experiment harness", PARSED,
      "the same generations as smol.json, minutes of CPU; the smoke runs the harness experiment on 2 items"),
-    ("docs/lm-eval-audit.md", "lm_eval --model hf --model_args pretrained=HuggingFaceTB/SmolLM2-135M-Instruct,"
+    ("docs/lm-eval-audit.md", ".venv/bin/lm_eval --model hf --model_args pretrained=HuggingFaceTB/SmolLM2-135M-Instruct,"
      "dtype=float32 --tasks sst2 --limit 50 --log_samples --output_path runs/sst2", PARSED,
      HUB + " (the model and GLUE SST-2)"),
     ("docs/lm-eval-audit.md", ".venv/bin/python audit.py --lm-eval runs/sst2", RUN,

@@ -21,6 +21,7 @@ import pytest
 
 import docs_commands
 from conftest import REPO, link_or_copy
+from evidence_audit import kernels
 from docs_commands import COVERED, FIXTURE, PARSED, RUN, SUITE, TABLE
 
 HERE = sys.modules[__name__]
@@ -46,7 +47,7 @@ def test_every_table_entry_is_still_in_the_docs():
 def test_the_extraction_joins_continuations_and_loops_and_drops_comments():
     # a command split by a backslash is one command; a loop over several lines is one; a comment is not part of it
     readme = docs_commands.page_commands("README.md")
-    assert any(c.startswith("lm_eval --model hf") and c.endswith("--output_path runs/sst2") for c in readme)
+    assert any(c.startswith(".venv/bin/lm_eval --model hf") and c.endswith("--output_path runs/sst2") for c in readme)
     assert ".venv/bin/python audit.py smoke" in readme
     speed = docs_commands.page_commands("docs/speed.md")
     loops = [c for c in speed if c.startswith("for exp in")]
@@ -74,6 +75,26 @@ def test_each_parsed_entry_says_why():
     for page, command, kind, how in TABLE:
         if kind == PARSED:
             assert how and not how.startswith(SUITE), (page, command)
+
+
+def page_text(page):
+    return " ".join((REPO / page).read_text(encoding="utf-8").split())
+
+
+def test_each_lmeval_recipe_says_which_forward_mode_a_run_made_as_documented_gets():
+    # the hub recipe (README, lm-eval-audit.md) cannot be run here: its pages say what decides the mode, in the words
+    # of the rows; lmeval-offline.md's recipe is run by tests/test_lmeval_recipe.py, which asserts the row the page
+    # names
+    for page in ("README.md", "docs/lm-eval-audit.md"):
+        text = page_text(page)
+        assert "`equality expected`" in text and "float32's tolerance (1e-4)" in text, page
+        assert "lm-eval's default batch size 1" in text and "sdpa attention" in text, page
+    offline = page_text("docs/lmeval-offline.md")
+    row = "(sdpa attention), lm-eval's batches of 4"
+    assert f"say `{row}` and `equality expected`" in offline
+    recipe_test = (REPO / "tests" / "test_lmeval_recipe.py").read_text(encoding="utf-8")
+    assert f'"{row}" in ln' in recipe_test and '"equality expected" in ln' in recipe_test
+    assert "lm-eval's batches of 4, tolerance 0.0001" in (REPO / "tests" / "test_docs_commands.py").read_text()
 
 
 # ---- parsing a command with its script's own parser --------------------------------------------------------------
@@ -196,7 +217,7 @@ def check_arguments(words):
         assert args[0] == "launch"
         ns = launch_command_parser().parse_args(args[1:])
         return parse_python([ns.training_script, *ns.training_script_args])
-    if program == "lm_eval":
+    if program == ".venv/bin/lm_eval":
         from lm_eval.__main__ import setup_parser
         return parse_with(lambda: setup_parser().parse_args(args), ["lm_eval", *args])
     if program == "huggingface-cli":
@@ -235,7 +256,7 @@ def test_the_parse_check_fails_a_renamed_flag_and_a_missing_path():
     assert check_arguments([".venv/bin/python", "run.py", "--cache", "c", "--out", "o", "--shard", "3/2"])
     assert check_arguments([".venv/bin/python", "-m", "harness", "run", "--adaptor", "toy"])
     assert check_arguments([".venv/bin/python", "tools/measure_forward_sample.py", "--no-such-flag"])
-    assert check_arguments(["lm_eval", "--modle", "hf"])
+    assert check_arguments([".venv/bin/lm_eval", "--modle", "hf"])
     assert check_arguments([".venv/bin/python", "tools/no_such_tool.py"])
     assert repository_paths(["--data-file", "fixtures/no_such.tsv", "pretrained=tests/x,dtype=float32"]) == \
         ["fixtures/no_such.tsv", "tests/x"]
@@ -340,6 +361,10 @@ def test_readme_setup_smoke_audit_report_verify(prepared_cache, smoke_run, tmp_p
         assert rows and all(r["status"] == "PASS" and f"float32, audit.py's own Llama forward, {mode}" in r["note"]
                             for r in rows), rows
 
+    # docs/audit.md: the arithmetic level rebuilds report.html with report.py --check and compares it byte for byte
+    rebuilt = [r for r in report["checks"] if r["check"].startswith("report.html rebuilt from the evidence")]
+    assert 'row "report.html rebuilt from the evidence"' in page_text("docs/audit.md")
+    assert [r["status"] for r in rebuilt] == ["PASS"], rebuilt
     before = (smoke / "report.html").read_bytes()
     (smoke / "report.html").unlink()
     c.run(".venv/bin/python report.py smoke")
@@ -470,7 +495,13 @@ def test_lmeval_audit_of_a_run_dir(prepared_cache, tmp_path):
                  stand_in=("DIR", str(model)))
     assert re.search(r"^RESULT: PASS", proc.stdout, re.M), proc.stdout[-3000:]
     rescored = [ln for ln in proc.stdout.splitlines() if "loglikelihoods re-scored in the run's dtype" in ln]
-    assert rescored and all("equality expected" not in ln and "AMD EPYC" in ln for ln in rescored), rescored
+    results = next((c.where / "runs" / "sst2").glob("results_*.json"))
+    run_cpu = kernels.from_pretty_env_info(json.loads(results.read_text())["pretty_env_info"])
+    if kernels.reproduces(run_cpu, kernels.this_machine(), "cpu", os.environ)[0]:      # the machine that made it
+        assert rescored and all("equality expected" in ln for ln in rescored), rescored
+    else:
+        assert rescored and all("lm-eval's batches of 4, tolerance 0.0001 (the run was made on AMD EPYC" in ln
+                                for ln in rescored), rescored
 
     (c.home / ".ssh").mkdir(mode=0o700)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(c.home / ".ssh" / "id_ed25519")],
