@@ -665,9 +665,14 @@ def main(argv=None):
         return sgemm_worker(args.result, args.sgemm_size)
     if args.worker:
         return worker(args.worker, args.spec, args.result)
+    # the workers run in the repository's directory: a relative path the user gave names a file from theirs
+    for name in ("cache", "data_file", "out"):
+        if getattr(args, name):
+            setattr(args, name, os.path.abspath(os.path.expanduser(getattr(args, name))))
+    if os.sep in args.model or args.model.startswith((".", "~")) or os.path.lexists(args.model):
+        args.model = os.path.abspath(os.path.expanduser(args.model))     # a model directory, as run.py reads --model
     if args.scaling:
         return scaling_main(args)
-
 
     methods = [m for m in args.methods.split(",") if m]
     if not methods or not all(map(known_method, methods)):

@@ -43,17 +43,20 @@ def test_bench_runs_every_method_on_a_data_file_and_writes_bench_json(tiny_cache
     """Every method on the tiny random model, 20 rows of a file read directly (two batches at 16): the table, the
     ratios to lm-eval, the floor, each lm-eval batch size against the parity path at that batch size (the same
     tensors: bit for bit), the dual run's exact official-vs-independent comparison (the experiments' own code),
-    options."""
-    out, data = tmp_path / "bench.json", REPO / "fixtures" / "reviews_872_dev.tsv"
-    proc = run_cli("bench.py", "--cache", tiny_cache, "--model", "tiny-random-llama", "--n", "20", "--out", out,
-                   "--data-file", data, "--sgemm-size", "256")
+    options. Run from another directory with relative paths, as a user's shell gives them (the workers run in the
+    repository's directory: relative paths once failed every method there)."""
+    out, data = tmp_path / "bench.json", tmp_path / "rows.tsv"
+    data.write_bytes((REPO / "fixtures" / "reviews_872_dev.tsv").read_bytes())
+    (tmp_path / "cache").symlink_to(tiny_cache)
+    proc = run_cli(REPO / "bench.py", "--cache", "./cache", "--model", "tiny-random-llama", "--n", "20", "--out",
+                   "bench.json", "--data-file", "rows.tsv", "--sgemm-size", "256", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     b = json.loads(out.read_text())
     rows = {r["method"]: r for r in b["table"]}
     assert list(rows) == ["lm_eval_b1", "lm_eval_b16", "parity_b1", "parity", "fast", "dual", "options"]
     import resources
 
-    assert b["data"] == "file:reviews_872_dev.tsv" and b["idx"] == list(range(20))
+    assert b["data"] == "file:rows.tsv" and b["idx"] == list(range(20))
     assert b["data_content_sha256"] == resources.content_sha256(resources.read_glue_tsv(data))
     assert b["work"]["n_items"] == 20 and b["work"]["R_rows"] == 20
     assert b["work"]["T_tokens"] == b["work"]["context_tokens"]            # one-token candidates: contexts only
