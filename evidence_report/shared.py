@@ -1,7 +1,7 @@
 """What several experiments' sections share: the agreement table, the paired comparisons of summary.json's
 uncertainty block, and the parts every experiment gets (stages, run identity, and the generic view of a summary that
 no section draws, or that its section could not draw)."""
-from evidence_report.cells import Derived, Num, count, is_number
+from evidence_report.cells import Derived, Num, count, fmt, is_number, unsigned_zero
 from evidence_report.reading import read_json, read_jsonl, read_optional
 from evidence_report.tables import flatten, kv_table, note, passed, table, wide
 
@@ -25,9 +25,9 @@ def paired_table(summary, tid, caption, layout):
 
 
 def is_degenerate(ci):
-    """A 95% interval [lo, hi] shown as zero at both ends (each bound under half a unit of the 4th decimal)."""
+    """A 95% interval [lo, hi] that the page shows as zero at both ends (rounded as its cell rounds it)."""
     return (isinstance(ci, list) and len(ci) == 2 and all(is_number(x) for x in ci)
-            and all(abs(x) < 5e-5 for x in ci))
+            and all(unsigned_zero(fmt(x, "delta")) == "0.0000" for x in ci))
 
 
 def degenerate_intervals(paired):
