@@ -22,6 +22,8 @@ data-derive: cells.DERIVATIONS) so the audit recomputes it; a count the page mak
 from records.jsonl, sums) has neither and may appear only in the tables audit.py lists. The page is deterministic
 (the same evidence gives the same bytes: no clock, no path of O nor of the code, even in an error box) and shows no
 audit state: it tells the reader to run audit.py O. `report.py --check O` rebuilds it and compares bytes (page.check).
+Its layout follows the evidence format the evidence declares (layout.py says why: an audit rebuilds the page of older
+evidence with today's code, and must get the page that evidence was given).
 
 audit.py checks the page against its own whitelist (evidence_audit/report_page.py), not by importing this package:
 the page writes only the elements and attributes listed there, one stylesheet (page.CSS, whose sha256 the audit
@@ -34,6 +36,8 @@ summary instead of breaking the page; the error box has class "render-error". Ev
 page does not read (reading.READS_EVIDENCE_FORMATS), or of none, is not drawn at all: build raises UnknownFormat,
 one line naming the file, and report.py exits 2.
 
+    layout.py             which layout the page is drawn in: the one of the evidence format the evidence declares
+                          (format 2 evidence keeps the page it was given, byte for byte; format 3 gets the newer one)
     cells.py              numbers as text (fmt), the number cell (data-value, data-src) and the values that carry
                           their place in the evidence (sourced)
     reading.py            the evidence files, read with their numbers marked (read_json, read_jsonl); the

@@ -11,6 +11,9 @@ a Derived figure (one value through one of DERIVATIONS), which names the value i
 """
 import html
 import json
+import re
+
+from evidence_report.layout import NEWEST
 
 
 def _general(x):
@@ -58,6 +61,16 @@ def fmt(x, style="general"):
     if isinstance(x, (list, dict)):
         return json.dumps(x)
     return str(x)
+
+
+SIGNED_ZERO = re.compile(r"[-+](0\.?0*)")
+
+
+def unsigned_zero(text):
+    """A rounded number's text with the sign of a zero dropped ("-0.0000" -> "0.0000", "+0.0000" -> "0.0000"): a
+    value that rounds to zero is shown like an exact zero (format 3's layout; its exact value stays in data-value)."""
+    m = SIGNED_ZERO.fullmatch(text)
+    return m[1] if m else text
 
 
 class Num:
@@ -148,7 +161,8 @@ def esc(x):
     return html.escape(str(x))
 
 
-def cell(c):
+def cell(c, layout=NEWEST):
+    """One <td>, in the page's layout (evidence_report.layout; a table drawn without one is drawn in the newest)."""
     if isinstance(c, Raw):
         return f"<td>{c}</td>"
     if isinstance(c, Derived):
@@ -156,10 +170,11 @@ def cell(c):
     if isinstance(c, SourcedDict) and c and c.src and not c.src.endswith("#"):    # shown whole, as its JSON text
         return f'<td data-src="{esc(c.src)}">{esc(json.dumps(c))}</td>'
     value, style = (c.value, c.style) if isinstance(c, Num) else (c, "general")
+    shown = (lambda v: fmt(v, style)) if layout.format2 else (lambda v: unsigned_zero(fmt(v, style)))
     if isinstance(value, list) and value and all(map(is_number, value)):    # e.g. [official, independent]
-        text = "[" + ", ".join(fmt(v, style) for v in value) + "]"
+        text = "[" + ", ".join(shown(v) for v in value) + "]"
     elif is_number(value):
-        text = fmt(value, style)
+        text = shown(value)
     else:
         return f"<td>{esc(fmt(value))}</td>"
     exact = json.dumps(value)

@@ -7,6 +7,7 @@ import traceback
 from pathlib import Path
 
 from evidence_report.cells import esc, fmt
+from evidence_report.layout import layout_of
 from evidence_report.reading import UnknownFormat, check_formats, read_json, read_optional
 from evidence_report.sections import SECTIONS
 from evidence_report.shared import generic_section, identity_section, stages_section
@@ -24,9 +25,10 @@ def render_error(what):
             f"<pre>{esc(text)}</pre></div>")
 
 
-def experiment_section(out, name):
-    """One experiment. The page is a view, not a check: evidence of an unexpected shape is shown as an error box
-    (plus the generic table when summary.json is readable), never allowed to stop the page."""
+def experiment_section(out, name, layout):
+    """One experiment, in the page's layout (evidence_report.layout). The page is a view, not a check: evidence of an
+    unexpected shape is shown as an error box (plus the generic table when summary.json is readable), never allowed
+    to stop the page."""
     exp_dir = out / name
     try:
         summary = read_json(exp_dir / "summary.json")
@@ -41,16 +43,16 @@ def experiment_section(out, name):
             '<p class="warn">CONFIRMATION SPLIT: these are the held-back confirmation items.</p>'
             if summary.get("confirmation_items_scored") else "")
     try:
-        body = (SECTIONS[name].render if name in SECTIONS else generic_section)(exp_dir, summary)
+        body = (SECTIONS[name].render if name in SECTIONS else generic_section)(exp_dir, summary, layout)
     except Exception:
         try:
-            body = render_error("this section") + generic_section(exp_dir, summary)
+            body = render_error("this section") + generic_section(exp_dir, summary, layout)
         except Exception:
             body = render_error("this section")
     extra = ""
     for part in (stages_section, identity_section):
         try:
-            extra += part(exp_dir, name)
+            extra += part(exp_dir, name, layout)
         except Exception:
             extra += render_error(part.__name__.replace("_section", ""))
     return (f'<section id="{esc(name)}"><h2>{esc(name)} <small>split: {esc(split)}</small></h2>{warn}{body}'
@@ -92,11 +94,13 @@ def run_id_of(out, names):
 
 
 def build(out):
-    """The page, deterministic: the same evidence gives the same bytes (no clock, no path of O, no audit state).
-    Raises UnknownFormat for evidence of a format the page does not read (before any part is drawn)."""
+    """The page, deterministic: the same evidence gives the same bytes (no clock, no path of O, no audit state),
+    drawn in the layout of the evidence format its files declare (evidence_report.layout: format 2 evidence keeps
+    the page it was given). Raises UnknownFormat for evidence of a format the page does not read (before any part
+    is drawn)."""
     out = Path(out)
     names = experiment_names(out)
-    check_formats(out, names)
+    layout = layout_of(check_formats(out, names))
     env = read_optional(out / "environment.json")
     env_rows = [("run id", env.get("run_id")), ("git commit", env.get("git_commit")),
                 ("git dirty", env.get("git_dirty")), ("code sha256", env.get("code_sha256")),
@@ -105,7 +109,7 @@ def build(out):
                 ("command line", " ".join(map(str, env.get("command_line") or [])) or None)]
     env_rows = [(k, fmt(v)) for k, v in env_rows]       # shown as text: environment.json is not an experiment's file
     env_rows += [(k, v) for k, v in sorted((env.get("versions") or {}).items())]
-    sections = "".join(experiment_section(out, n) for n in names)
+    sections = "".join(experiment_section(out, n, layout) for n in names)
     toc = " · ".join(f'<a href="#{esc(n)}">{esc(n)}</a>' for n in names) or "no experiment evidence found"
     run_id = run_id_of(out, names)
     return ("<!doctype html><html><head><meta charset='utf-8'>"
@@ -119,7 +123,7 @@ def build(out):
             "the evidence for this page). Agreement of two implementations shows a score was computed as declared; "
             "it does not show that the task or its labels are valid. A development subset of a fixture is not a "
             "benchmark result.</p>"
-            f"<p>{toc}</p>{table(['environment', 'value'], env_rows, 'environment')}"
+            f"<p>{toc}</p>{table(['environment', 'value'], env_rows, 'environment', layout=layout)}"
             + note("This page shows no audit result: run python audit.py O to check the evidence (the audit also "
                    "checks this page against it).")
             + f"{sections}</body></html>")

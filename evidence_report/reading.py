@@ -35,12 +35,14 @@ def format_refusal(path, obj):
 
 
 def check_formats(out, names):
-    """Raise UnknownFormat for the first JSON file the page reads (environment.json, MANIFEST.json, each named
-    experiment's *.json) whose evidence format it does not read. A file that does not parse, or holds no object, is
-    left to the view that reads it, which shows an error box as before: only an object has a format to refuse."""
+    """The evidence formats the JSON files the page reads declare (environment.json, MANIFEST.json, each named
+    experiment's *.json), as a set: the page's layout follows them (evidence_report.layout). Raise UnknownFormat for
+    the first whose evidence format it does not read. A file that does not parse, or holds no object, is left to the
+    view that reads it, which shows an error box as before: only an object has a format to refuse."""
     out = Path(out)
     paths = [out / "environment.json", out / "MANIFEST.json"]
     paths += [p for n in names for p in sorted((out / n).glob("*.json"))]
+    found = set()
     for path in paths:
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
@@ -49,6 +51,9 @@ def check_formats(out, names):
         refusal = format_refusal(path, obj) if isinstance(obj, dict) else None
         if refusal:
             raise UnknownFormat(refusal)
+        if isinstance(obj, dict):
+            found.add(obj[FORMAT_KEY])
+    return found
 
 
 def without_format(obj):

@@ -1,19 +1,22 @@
 """HTML tables and the small pieces of text around them; every cell goes through evidence_report.cells.cell."""
 from evidence_report.cells import Num, Raw, cell, esc, is_number
+from evidence_report.layout import NEWEST
 
 
-def table(header, rows, tid="", cls="", caption="", row_classes=None):
+def table(header, rows, tid="", cls="", caption="", row_classes=None, layout=NEWEST):
+    """A table in the page's layout (evidence_report.layout): the sections that draw format 2 evidence pass theirs;
+    a table drawn without one is drawn in the newest, the one of the evidence run.py writes."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     row_classes = row_classes or [""] * len(rows)
-    body = "".join((f'<tr class="{esc(rc)}">' if rc else "<tr>") + "".join(cell(c) for c in r) + "</tr>"
+    body = "".join((f'<tr class="{esc(rc)}">' if rc else "<tr>") + "".join(cell(c, layout) for c in r) + "</tr>"
                    for r, rc in zip(rows, row_classes))
     idattr = f' id="{esc(tid)}"' if tid else ""
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
     return f'<table{idattr} class="{cls}">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def kv_table(rows, tid="", caption="", header=("figure", "value")):
-    return table(list(header), rows, tid, "kv", caption)
+def kv_table(rows, tid="", caption="", header=("figure", "value"), layout=NEWEST):
+    return table(list(header), rows, tid, "kv", caption, layout=layout)
 
 
 def ratio(a, b):

@@ -208,6 +208,7 @@ def test_user_tasks_are_labelled_in_the_audit_headline(tmp_path):
 
 
 def test_experiment_headline_and_report_say_user_tasks():
+    from evidence_report.layout import NEWEST
     from evidence_report.sections import harness as section
     from experiments.harness import task_set
 
@@ -216,11 +217,11 @@ def test_experiment_headline_and_report_say_user_tasks():
     assert task_set({"arithmetic": False, "code": True}) == \
         "1 user task (arithmetic) and 1 shipped fixture task, not the shipped fixtures"
     board = {"tasks": {"mine": {"score": 0.5, "metric": "exact_match", "total": 2}}, "overall": 0.5}
-    html = section.render(None, {"leaderboard": board, "tasks_are_shipped_fixtures": {"mine": False}})
+    html = section.render(None, {"leaderboard": board, "tasks_are_shipped_fixtures": {"mine": False}}, NEWEST)
     assert "harness on 1 user task (mine), not the shipped fixtures" in html
-    html = section.render(None, {"leaderboard": board, "tasks_are_shipped_fixtures": {"mine": True}})
+    html = section.render(None, {"leaderboard": board, "tasks_are_shipped_fixtures": {"mine": True}}, NEWEST)
     assert "harness on the shipped fixtures (1 task)" in html
-    html = section.render(None, {"leaderboard": board})
+    html = section.render(None, {"leaderboard": board}, NEWEST)
     assert "not the shipped fixtures" in html       # no claim is no claim to be the fixtures
 
 

@@ -265,8 +265,9 @@ from evidence_report.tables import kv_table
 NAME = "label_count"
 
 
-def render(exp_dir, summary):
-    return kv_table([("items", summary["n_items"]), ("positive labels", summary["n_positive"])], "toy-counts")
+def render(exp_dir, summary, layout):
+    return kv_table([("items", summary["n_items"]), ("positive labels", summary["n_positive"])], "toy-counts",
+                    layout=layout)
 '''
 
 TOY_LINE = '    declare("label_count", ("shared", "protocol"), private_files=("texts.jsonl",)),\n'

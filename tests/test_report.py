@@ -631,16 +631,17 @@ def check_protocol(t, s, out):
 
 
 def check_options(t, s, out):
-    h = rows_by_first(t, "options-conditions")
-    assert set(h) == set(s["conditions"])
+    # format 3's layout: one row per condition and score, then what each condition predicted
+    h = {(r[0], r[3]): r for r in t["options-conditions"]}
+    assert len(h) == len(t["options-conditions"]) == 3 * len(s["conditions"])
     for name, m in s["conditions"].items():
-        r = h[name]
-        ci = {k: shown(s["uncertainty"]["accuracies"][f"conditions/{name}/{k}"]["wilson95"])
-              for k in ("acc", "acc_norm", "acc_norm_tokens")}
-        assert r[3:13] == [shown(m["correct"]), shown(m["n"]), shown(m["acc"]), ci["acc"], shown(m["correct_norm"]),
-                           shown(m["acc_norm"]), ci["acc_norm"], shown(m["correct_norm_tokens"]),
-                           shown(m["acc_norm_tokens"]), ci["acc_norm_tokens"]], name
-        assert r[15:17] == [shown(m["baseline_all_negative_correct"]), shown(m["baseline_all_positive_correct"])]
+        for score, correct in (("acc", "correct"), ("acc_norm", "correct_norm"),
+                               ("acc_norm_tokens", "correct_norm_tokens")):
+            ci = shown(s["uncertainty"]["accuracies"][f"conditions/{name}/{score}"]["wilson95"])
+            assert h[name, score][4:8] == [shown(m[correct]), shown(m["n"]), shown(m[score]), ci], (name, score)
+        p = rows_by_first(t, "options-predictions")[name]
+        assert p[1:6] == [shown(m[k]) for k in ("n", "predicted_positive", "chose_first_position",
+                                                 "baseline_all_negative_correct", "baseline_all_positive_correct")]
     u = rows_by_first(t, "options-uncertainty")
     assert set(u) == set(s["flips"]) == set(s["uncertainty"]["paired"])
     for name, x in s["uncertainty"]["paired"].items():
@@ -758,14 +759,36 @@ def check_harness(t, s, out):
     assert overall[3] == f"{sum(x['correct'] for x in board['tasks'].values())}/{s['n_examples']}"
     assert overall[4] == shown(sum(x["timeouts"] for x in board["tasks"].values()))
     assert rows_by_first(t, "harness-settings")["adapter"][1] == board["adapter"]
+    # format 3: the sandbox limits one a row, with units, not a JSON object
+    limits, sandbox = rows_by_first(t, "harness-sandbox-limits"), board["settings"]["sandbox"]
+    assert len(limits) == len(sandbox) and "sandbox limits" not in rows_by_first(t, "harness-settings")
+    assert limits["CPU time"][1:3] == [shown(sandbox["cpu_s"]), "s"]
+    assert limits["memory (address space)"][1:4] == [shown(sandbox["memory_bytes"]), "bytes",
+                                                     f"{sandbox['memory_bytes'] / 2**20:.1f}"]
 
 
 CHECKS = {"protocol": check_protocol, "options": check_options, "extraction": check_extraction,
           "mctaco": check_mctaco, "harness": check_harness}
 
 
+FIT_JS = """
+const wider = Array.from(document.querySelectorAll('table, .wide')).filter(e =>
+  e.getBoundingClientRect().width > e.parentElement.clientWidth + 0.5 || e.scrollWidth > e.clientWidth + 0.5);
+return [document.documentElement.scrollWidth, window.innerWidth, wider.map(e => e.id || e.className)];
+"""
+
+
+def assert_fits(browser):
+    """Issue 39: at a 1300 px wide window neither the page nor any table scrolls sideways (every table is read
+    whole where it stands)."""
+    assert browser.execute_script("return window.innerWidth") == 1300
+    width, inner, wider = browser.execute_script(FIT_JS)
+    assert width <= inner and wider == [], (width, inner, wider)
+
+
 def check_page(browser, page, out, tmp_path, tag):
     text = page.read_text(encoding="utf-8")
+    assert "-0.0000" not in text and "+0.0000" not in text     # format 3: a zero is never signed
     # plots a person looks at: protocol 2, options 3, extraction 2, mctaco 3, harness 1
     assert_self_contained(text, min_images=11)
     shot = tmp_path / f"report-{tag}.png"
@@ -775,6 +798,7 @@ def check_page(browser, page, out, tmp_path, tag):
     assert outside == [], f"the page requested {outside[:5]}"
     assert got["images"] and all(done and width > 0 for done, width, _ in got["images"]), got["images"]
     assert got["errors"] == 0, "a section fell back to the generic table on real evidence"
+    assert_fits(browser)
     assert got["sections"] == list(registry.NAMES) and set(CHECKS) == set(registry.NAMES), got["sections"]
     assert_numbers_rounded(got["cells"])      # every number shown rounded, its exact value kept in data-value
     for name, check in CHECKS.items():
@@ -956,3 +980,126 @@ def test_a_full_tmpfs_leaves_no_temp_file(tmpfs):
     assert len(proc.stderr.strip().splitlines()) == 1 and "not written" in proc.stderr
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+# ---- the layout follows the evidence format (evidence_report/layout.py) -----------------------------------------
+
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "cross_machine" / "run.py-smoke"     # format 2 evidence, another machine
+
+
+def paired_evidence():
+    """summary.json's uncertainty block by hand: two comparisons whose difference interval is zero at both ends
+    (one with a and b right on the same items, as the cross-machine fixture's exact_vs_strict), one that is not."""
+    cells = load("cells")
+    return cells.sourced({"uncertainty": {"paired": {
+        "same": {"a": "exact", "b": "strict", "n": 2, "only_a": 0, "only_b": 0, "difference": 0.0,
+                 "difference_ci95": [-5.551115123125783e-17, 5.551115123125783e-17], "mcnemar_p": 1.0},
+        "apart": {"a": "x", "b": "y", "n": 9, "only_a": 3, "only_b": 0, "difference": 0.3333333333333333,
+                  "difference_ci95": [-0.0271, 0.6491], "mcnemar_p": 0.25},
+        "near": {"a": "x", "b": "z", "n": 9, "only_a": 1, "only_b": 1, "difference": -1e-17,
+                 "difference_ci95": [-2e-05, 3e-05], "mcnemar_p": 1.0}}}}, "exp/summary.json#")
+
+
+def test_format3_shows_no_signed_zero_and_names_a_degenerate_interval():
+    from evidence_report.layout import NEWEST, Layout
+
+    cells, shared = load("cells"), load("shared")
+    summary = paired_evidence()
+    new, old = (shared.paired_table(summary, "t", "", layout) for layout in (NEWEST, Layout(2)))
+    assert ">[0.0000, 0.0000]</td>" in new and ">0.0000</td>" in new
+    assert "-0.0000" not in new and "+0.0000" not in new
+    assert ">[-0.0000, +0.0000]</td>" in old and ">-0.0000</td>" in old and "degenerate" not in old
+    assert shared.degenerate_intervals(summary["uncertainty"]["paired"]) == (
+        '<p class="note">same: the 95% interval of the difference is degenerate, zero at both ends to four decimals '
+        "(a and b are right on exactly the same items, so the difference is zero and the interval has no width); "
+        "its exact bounds are in the cell&#x27;s tooltip. near: the 95% interval of the difference is degenerate, "
+        "zero at both ends to four decimals; its exact bounds are in the cell&#x27;s tooltip.</p>")
+    # the exact values stay in data-value either way, and a bound of 1e-4 is not a zero
+    assert 'data-value="[-5.551115123125783e-17, 5.551115123125783e-17]"' in new
+    assert [cells.unsigned_zero(t) for t in ("-0.0000", "+0.0000", "-0.000", "-0.0", "-0.0001", "+0.0444", "0.0")] \
+        == ["0.0000", "0.0000", "0.000", "0.0", "-0.0001", "+0.0444", "0.0"]
+    assert not shared.is_degenerate([0.0, 1e-04]) and shared.is_degenerate([0.0, 0.0])
+
+
+def test_format3_shows_the_sandbox_limits_as_text_with_units():
+    from evidence_report.layout import NEWEST, Layout
+
+    harness = load("sections.harness")
+    limits = {"cpu_s": 2, "wall_s": 5.0, "memory_bytes": 268435456, "mode": "auto", "nofile": 32, "pidns": False,
+              "extra_s": 1.5}
+    rows = [(name, value, unit, getattr(mib, "how", mib)) for name, value, unit, mib in harness.limit_rows(limits)]
+    assert rows == [("isolation mode asked for", "auto", "", ""), ("CPU time", 2, "s", ""),
+                    ("wall time (ready to result)", 5.0, "s", ""),
+                    ("memory (address space)", 268435456, "bytes", "MiB"), ("open files", 32, "files", ""),
+                    ("extra_s", 1.5, "s", ""), ("pidns", False, "", "")]
+    summary = load("cells").sourced({"leaderboard": {"tasks": {}, "settings": {"sandbox": limits}}},
+                                    "harness/summary.json#")
+    new, old = (harness.render(None, summary, layout) for layout in (NEWEST, Layout(2)))
+    t, _ = parse_cells(new)
+    assert [[text for _, text in r] for r in t["harness-sandbox-limits"]][1:4] == [
+        ["CPU time", "2", "s", ""], ["wall time (ready to result)", "5.0", "s", ""],
+        ["memory (address space)", "268435456", "bytes", "256.0"]]
+    assert [v for v, _ in t["harness-sandbox-limits"][1]] == [None, "2", None, None]     # the value is a number cell
+    assert "sandbox limits" not in [r[0][1] for r in t["harness-settings"]]
+    assert "&quot;cpu_s&quot;" not in new and "harness-sandbox-limits" not in old
+    assert ">{&quot;cpu_s&quot;: 2, &quot;wall_s&quot;: 5.0" in old             # format 2: the JSON object whole
+
+
+def relabelled(tmp_path, fmt):
+    """A copy of the cross-machine fixture (real evidence of all five experiments) whose JSON files declare
+    evidence format `fmt`: the page follows the format the evidence declares, nothing else."""
+    out = tmp_path / f"format{fmt}"
+    shutil.copytree(FIXTURE, out)
+    for p in out.rglob("*.json"):
+        text = p.read_text(encoding="utf-8")
+        assert '"evidence_format": 2' in text, p
+        p.write_text(text.replace('"evidence_format": 2', f'"evidence_format": {fmt}'), encoding="utf-8")
+    return out
+
+
+def test_the_layout_follows_the_evidence_format_the_evidence_declares(tmp_path):
+    """Format 2 evidence is drawn byte for byte as it was given its page; the same numbers declared format 3 get the
+    newer layout, and the audit's whitelist (evidence_audit/report_page.py) passes every cell of it."""
+    from evidence_audit import report_page as audit_page
+    from evidence_report.layout import NEWEST_FORMAT
+
+    assert NEWEST_FORMAT == load("reading").READS_EVIDENCE_FORMATS[1]
+    page = load("page")
+    assert page.build(FIXTURE) == (FIXTURE / "report.html").read_text(encoding="utf-8")
+    old = (FIXTURE / "report.html").read_text(encoding="utf-8")
+    assert "[-0.0000, +0.0000]" in old and "&quot;cpu_s&quot;" in old      # what issue 39 found on format 2's page
+    out = relabelled(tmp_path, 3)
+    new = page.build(out)
+    assert "-0.0000" not in new and "+0.0000" not in new and "&quot;cpu_s&quot;" not in new
+    assert "exact_vs_strict: the 95% interval of the difference is degenerate" in new
+    t, _ = parse_cells(new)
+    assert ["CPU time", "2", "s", ""] in [[text for _, text in r] for r in t["harness-sandbox-limits"]]
+    assert {len(r) for r in t["options-conditions"]} == {8} and "options-predictions" in t
+    (out / "report.html").write_text(new, encoding="utf-8")
+    parsed = audit_page.parse(out / "report.html")
+    ev = audit_page.Evidence(out)
+    bad = parsed.problems + audit_page.style_problems(parsed) + audit_page.prose_problems(parsed)
+    bad += [b for table in parsed.tables for b in audit_page.table_problems(ev, table, out)]
+    assert bad == []
+    # a number cell of the new limits table edited: the whitelist still catches it
+    edited = new.replace('data-value="268435456">268435456<', 'data-value="268435456">268435457<')
+    assert edited != new
+    (out / "report.html").write_text(edited, encoding="utf-8")
+    parsed = audit_page.parse(out / "report.html")
+    bad = [b for table in parsed.tables for b in audit_page.table_problems(ev, table, out)]
+    assert len(bad) == 1 and "268435457" in bad[0] and "not a rounding" in bad[0], bad
+
+
+@pytest.mark.slow
+def test_format3_page_fits_a_1300px_window_and_format2_did_not(browser, tmp_path):
+    """The fit check is able to fail: format 2's page of the cross-machine fixture scrolls its options table
+    sideways at 1300 px (issue 39); the same evidence declared format 3 fits."""
+    out = relabelled(tmp_path, 3)
+    (out / "report.html").write_text(load("page").build(out), encoding="utf-8")
+    for page, fits in ((FIXTURE / "report.html", False), (out / "report.html", True)):
+        render(browser, page, tmp_path / f"{page.parent.name}.png")
+        if fits:
+            assert_fits(browser)
+        else:
+            with pytest.raises(AssertionError, match="options-conditions"):
+                assert_fits(browser)

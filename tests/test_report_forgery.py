@@ -224,8 +224,10 @@ def other_experiment(text):
 SMOKE_FORGERIES = {
     **{k: v for k, v in FORGERIES.items() if not k.startswith("b:")},
     "b: data-src at a value of another experiment": (other_experiment, "another experiment"),
-    "a: JSON object cell edited": (lambda t: re.sub(r'(<td data-src="[^"]*">[^<]*?)30\.0', r"\g<1>3.0", t, count=1),
-                                   "but harness/summary.json#leaderboard.settings"),
+    # format 3 shows the sandbox limits one a row (docs/report.md): the JSON object cell left is extraction's per class
+    "a: JSON object cell edited": (lambda t: re.sub(r'(<td data-src="[^"]*#audit_sample\.per_class">[^<]*?)(\d)\}',
+                                                    lambda m: f"{m[1]}{(int(m[2]) + 1) % 10}}}", t, count=1),
+                                   "but extraction/summary.json#audit_sample.per_class"),
 }
 
 

@@ -12,7 +12,7 @@ NAME = "extraction"
 EXTRACTION_SCORERS = ("exact", "strict", "regex")    # the digit order of summary["patterns"] keys, e.g. "001"
 
 
-def extraction_headline(summary):
+def extraction_headline(summary, layout):
     n, sc = summary["n_items"], summary["scorers"]
     rows = []
     for s in EXTRACTION_SCORERS:
@@ -28,11 +28,11 @@ def extraction_headline(summary):
     for name, v in summary.get("constant_answer_baselines", {}).items():
         rows.append((f"baseline: {name}", v, n, None, None, "answering one label every time, scored like regex"))
     return (table(["scorer", "correct", "of", "accuracy", "95% interval (Wilson)", ""], rows, "extraction-scorers",
-                  "headline")
-            + paired_table(summary, "extraction-uncertainty", "the scorers paired on the same generations"))
+                  "headline", layout=layout)
+            + paired_table(summary, "extraction-uncertainty", "the scorers paired on the same generations", layout))
 
 
-def extraction_patterns(summary):
+def extraction_patterns(summary, layout):
     pats = summary.get("patterns", {})
     rows = []
     for key, p in pats.items():
@@ -41,7 +41,7 @@ def extraction_patterns(summary):
         rows.append((shown, *marks, p["n"], idx_list(p.get("idx"))))
     out = ("<h3>Which items each scorer counts right</h3>"
            + table(["pattern", *EXTRACTION_SCORERS, "items", "idx"], rows, "extraction-patterns",
-                   caption="pattern digits: exact, strict, regex (1 = counted right)"))
+                   caption="pattern digits: exact, strict, regex (1 = counted right)", layout=layout))
     if pats:
         labels = [" ".join(f"{s}{'✓' if ch == '1' else '✗'}" for s, ch in zip(EXTRACTION_SCORERS, k))
                   if len(k) == 3 else k for k in pats]
@@ -50,16 +50,19 @@ def extraction_patterns(summary):
     prs = [(f"{p['a']} vs {p['b']}", p["both_correct"], p["only_a"], p["only_b"], p["neither"],
             idx_list(p.get("only_a_idx")), idx_list(p.get("only_b_idx"))) for p in summary.get("paired", {}).values()]
     return out + "<h3>Paired scorers</h3>" + table(["pair (a vs b)", "both right", "only a", "only b", "neither",
-                                                    "only-a idx", "only-b idx"], prs, "extraction-paired")
+                                                    "only-a idx", "only-b idx"], prs, "extraction-paired",
+                                                   layout=layout)
 
 
-def extraction_failures(summary):
+def extraction_failures(summary, layout):
     mf = summary.get("match_failures", {})
     cats = list((mf.get("all") or {}).keys())
     crows = [(c, *[mf.get(k, {}).get(c) for k in ("all", "regex_wrong", "regex_right")]) for c in cats]
-    ctab = table(["category", "all items", "among regex-wrong", "among regex-right"], crows, "extraction-failures")
+    ctab = table(["category", "all items", "among regex-wrong", "among regex-right"], crows, "extraction-failures",
+                 layout=layout)
     reasons = summary["scorers"].get("strict", {}).get("reasons", {})
-    rtab = table(["strict JSON failure reason", "items"], list(reasons.items()), "extraction-strict-reasons")
+    rtab = table(["strict JSON failure reason", "items"], list(reasons.items()), "extraction-strict-reasons",
+                 layout=layout)
     plot = ""
     if cats:
         plot = hbar_plot(cats, [("regex counts it wrong", [mf.get("regex_wrong", {}).get(c, 0) for c in cats], RED),
@@ -68,7 +71,7 @@ def extraction_failures(summary):
     return "<h3>Failure categories</h3>" + f'<div class="side">{ctab}{rtab}</div>' + plots(plot)
 
 
-def extraction_agreement(summary):
+def extraction_agreement(summary, layout):
     g, ra, fr = (summary.get(k, {}) for k in ("lm_eval_generate_until", "regex_agreement", "finish_reasons"))
     agree = "<h3>Agreement: official vs independent</h3>" + kv_table([
         ("regex: lm-eval filters vs independent re-implementation, items", count(ra.get("n_items"))),
@@ -77,18 +80,20 @@ def extraction_agreement(summary):
         ("generations identical to lm-eval's", ratio(g.get("n_identical"), g.get("n_compared"))),
         ("input ids identical to lm-eval's", ratio(g.get("n_input_ids_identical"), g.get("n_compared"))),
         ("generation mismatch idx", idx_list(g.get("mismatch_idx"))),
-        ("finish reasons: eos / length", f"{fr.get('eos')} / {fr.get('length')}")], "extraction-agreement")
+        ("finish reasons: eos / length", f"{fr.get('eos')} / {fr.get('length')}")], "extraction-agreement",
+        layout=layout)
     au, hr = summary.get("audit_sample", {}), summary.get("human_review", {})
     review = "<h3>Pre-registered audit sample and human review</h3>" + kv_table(
         [("audit sample size", count(au.get("n"))), ("per class", au.get("per_class")),
          ("pre-registration sha256", au.get("preregistration_sha256"))]
-        + [(f"human review: {k}", v) for k, v in hr.items() if k != "note"], "extraction-review")
+        + [(f"human review: {k}", v) for k, v in hr.items() if k != "note"], "extraction-review",
+        layout=layout)
     if hr.get("note"):
         review += note(hr["note"])
     return agree + review
 
 
-def render(exp_dir, summary):
-    return (limit_note(summary) + extraction_headline(summary) + extraction_patterns(summary)
-            + extraction_failures(summary)
-            + extraction_agreement(summary))
+def render(exp_dir, summary, layout):
+    return (limit_note(summary) + extraction_headline(summary, layout) + extraction_patterns(summary, layout)
+            + extraction_failures(summary, layout)
+            + extraction_agreement(summary, layout))

@@ -1,5 +1,5 @@
 """harness: the mini harness's leaderboard, its settings and the sandbox it ran code replies in."""
-from evidence_report.cells import Num, esc, rate
+from evidence_report.cells import Derived, Num, esc, is_number, rate
 from evidence_report.plots import BLUE, figure, plots, plt_fig
 from evidence_report.tables import kv_table, note, ratio, table
 
@@ -50,7 +50,41 @@ def limit_label(summary):
                 "examples only")
 
 
-def render(exp_dir, summary):
+# The sandbox's limits as a reader names them (harness/sandbox.py's DEFAULT_LIMITS says what each bounds), in this
+# order; a limit not listed here is shown under its own key, its unit read from the key's ending.
+LIMITS = (("mode", "isolation mode asked for", ""), ("cpu_s", "CPU time", "s"),
+          ("startup_s", "start-up time (spawn to ready)", "s"), ("wall_s", "wall time (ready to result)", "s"),
+          ("memory_bytes", "memory (address space)", "bytes"), ("fsize_bytes", "largest file written", "bytes"),
+          ("tmpfs_bytes", "scratch tmpfs (namespaces mode)", "bytes"),
+          ("result_max_bytes", "result read back", "bytes"), ("nofile", "open files", "files"))
+UNIT_OF_SUFFIX = (("_bytes", "bytes"), ("_s", "s"))
+
+
+def limit_rows(limits):
+    """The sandbox limits of summary.json's settings, one a row: (what it bounds, the value as the evidence holds it,
+    its unit, the MiB of a byte count, derived); format 3's layout."""
+    known = {key: (name, unit) for key, name, unit in LIMITS}
+    keys = [k for k, _, _ in LIMITS if k in limits] + sorted(k for k in limits if k not in known)
+    rows = []
+    for key in keys:
+        name, unit = known.get(key) or (key, next((u for s, u in UNIT_OF_SUFFIX if key.endswith(s)), ""))
+        value = limits[key]
+        mib = Derived(value, "MiB") if unit == "bytes" and is_number(value) else ""
+        rows.append((name, value, unit, mib))
+    return rows
+
+
+def limits_part(settings, layout):
+    """Format 3: the sandbox limits below the settings, a table of one limit a row; format 2 showed the JSON object
+    in the settings table (settings_rows)."""
+    limits = settings.get("sandbox")
+    if layout.format2 or not isinstance(limits, dict) or not limits:
+        return ""
+    return table(["sandbox limit (per code reply)", "value", "unit", "(MiB, derived)"], limit_rows(limits),
+                 "harness-sandbox-limits", "kv", layout=layout)
+
+
+def render(exp_dir, summary, layout):
     board = summary["leaderboard"]
     tasks = board.get("tasks", {})
     shipped = summary.get("tasks_are_shipped_fixtures")
@@ -65,9 +99,11 @@ def render(exp_dir, summary):
                  ratio(sum(t.get("correct", 0) for t in tasks.values()), n),
                  sum(t.get("timeouts", 0) for t in tasks.values()), None, None, None, None))
     head = table(["task", "metric", "score", "correct/total", "timeouts", "latency s (task total)",
-                  "latency s (mean)", "examples in file", "shipped fixture"], rows, "harness-leaderboard", "headline")
+                  "latency s (mean)", "examples in file", "shipped fixture"], rows, "harness-leaderboard", "headline",
+                 layout=layout)
     iso = board.get("sandbox_isolation") or {}
     st = board.get("settings", {})
+    limits = limits_part(st, layout)
     info = kv_table([("adapter", board.get("adapter")), ("schema", board.get("schema")),
                      ("examples scored", summary.get("n_examples")), ("split", st.get("split")),
                      ("decoding", st.get("decoding")), ("chat template", st.get("chat_template")),
@@ -75,8 +111,9 @@ def render(exp_dir, summary):
                      ("batch size", st.get("batch_size")),
                      ("sandbox mode / network", f"{iso.get('mode')} / {iso.get('network')}" if iso else
                       "not run (no code reply)"),
-                     ("sandbox layers", ", ".join(iso.get("layers", [])) if iso else None),
-                     ("sandbox limits", st.get("sandbox"))], "harness-settings")
+                     ("sandbox layers", ", ".join(iso.get("layers", [])) if iso else None)]
+                    + ([] if limits else [("sandbox limits", st.get("sandbox"))]),
+                    "harness-settings", layout=layout) + limits
     if summary.get("split_note"):
         info += note(summary["split_note"])
     info += note("There is no second implementation here: audit.py recomputes every task score and the overall score "

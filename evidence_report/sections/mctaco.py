@@ -78,7 +78,7 @@ def question_segments_plot(cfg, summary, scored_idx):
     return figure(fig, "questions as segments of documents with limit cut lines")
 
 
-def mctaco_headline(summary):
+def mctaco_headline(summary, layout):
     off, ind, base = summary["official"], summary["independent"], summary.get("baselines", {})
     nd, em = summary["n_documents"], summary["independent"].get("em", {})
 
@@ -98,7 +98,7 @@ def mctaco_headline(summary):
         warn = f'<p class="warn">INCOMPLETE SET: {esc(summary.get("metrics_computed_on"))}</p>'
     head = warn + table(["path", "correct documents", "of", "acc", "acc 95% interval", "F1 (yes, corpus)",
                          "tp / fp / fn / tn", "EM questions", "EM", "EM 95% interval"], rows, "mctaco-headline",
-                        "headline")
+                        "headline", layout=layout)
     head += uncertainty_note(summary.get("uncertainty"))
     lab, reported = summary.get("label_counts", {}), off.get("lm_eval_reported", {})
     head += kv_table([("lm-eval's own reported acc", rate(reported.get("acc"))),
@@ -107,7 +107,8 @@ def mctaco_headline(summary):
                                                                    f"{summary.get('n_complete_questions')}"),
                       ("labels no / yes", f"{lab.get('no')} / {lab.get('yes')}"),
                       ("selection", summary.get("selection")), ("limit", summary.get("limit")),
-                      ("metrics computed on", summary.get("metrics_computed_on"))], "mctaco-scope")
+                      ("metrics computed on", summary.get("metrics_computed_on"))], "mctaco-scope",
+                     layout=layout)
     head += note("EM (a question counts only if every candidate is judged right) is the MC-TACO paper's metric; "
                  "lm-eval 0.4.9.2 does not compute it, so it has no official value.")
     cats = summary.get("by_category", {})
@@ -116,10 +117,11 @@ def mctaco_headline(summary):
          "EM 95% interval"],
         [(c, v.get("n_documents"), rate(v.get("acc")), interval(summary, f"by_category/{c}/acc"),
           v.get("n_complete_questions"), v.get("n_correct_questions"), rate(v.get("em")),
-          interval(summary, f"by_category/{c}/em")) for c, v in cats.items()], "mctaco-categories")
+          interval(summary, f"by_category/{c}/em")) for c, v in cats.items()], "mctaco-categories",
+        layout=layout)
 
 
-def mctaco_limit_tables(summary):
+def mctaco_limit_tables(summary, layout):
     demo = summary.get("limit_demo", {})
     ref = demo.get("reference", {})
     lrows = [("reference (this run)", "", ref.get("documents"), rate(ref.get("acc")), rate(ref.get("f1")), None,
@@ -141,33 +143,36 @@ def mctaco_limit_tables(summary):
                       r.get("doc_ids_are_first_n"), Num(r.get("max_abs_diff_vs_main_run"), "diff")))
     out = ("<h3>What lm-eval's --limit N does</h3>"
            + table(["run", "why this N", "documents", "acc (lm-eval)", "F1 (lm-eval)", "Δacc vs reference",
-                    "ΔF1 vs reference"], lrows, "mctaco-limits")
+                    "ΔF1 vs reference"], lrows, "mctaco-limits", layout=layout)
            + table(["run", "questions touched", "EM complete questions", "questions cut",
                     "EM of cut questions (scored candidates)", "EM of cut questions (all candidates)",
                     "doc_ids are 0..N-1", "max abs diff vs main run"], grows, "mctaco-limit-groups",
-                   caption="groups (questions) cut by the limit; the reference is this run's own document set"))
+                   caption="groups (questions) cut by the limit; the reference is this run's own document set",
+                   layout=layout))
     sh = demo.get("shuffle_before_cut", {})
     if sh:
         out += kv_table([("documents shuffled before the cut", sh.get("documents_shuffled_before_limit")),
-                         ("observed", sh.get("observed"))], "mctaco-shuffle") + note(sh.get("conclusion", ""))
+                         ("observed", sh.get("observed"))], "mctaco-shuffle", layout=layout)
+        out += note(sh.get("conclusion", ""))
         src = sh.get("source", [])
         if src:
             out += ("<details><summary>lm-eval source lines behind this</summary>" + table(
                 ["file", "lines", "snippet found", "says"],
-                [(s["file"], s["lines"], s["found"], s["says"]) for s in src], "mctaco-source") + "</details>")
+                [(s["file"], s["lines"], s["found"], s["says"]) for s in src], "mctaco-source", layout=layout)
+                    + "</details>")
     if summary.get("cut_questions"):
         out += table(["cut question (this run)", "candidates", "scored", "scored idx"],
                      [(f"q{c['question_rank']}", c["n_candidates"], c["n_scored"], idx_list(c["scored_idx"]))
-                      for c in summary["cut_questions"]], "mctaco-cut")
+                      for c in summary["cut_questions"]], "mctaco-cut", layout=layout)
     return out
 
 
-def render(exp_dir, summary):
+def render(exp_dir, summary, layout):
     records = read_jsonl(exp_dir / "records.jsonl")
     cfg = read_optional(exp_dir / "config.json")
     ind, ag = summary["independent"], summary["agreement"]
     seg = question_segments_plot(cfg, summary, {r["idx"] for r in records})
-    agree = agreement_table(summary, "mctaco-agreement", "documents joined", "n_samples_joined",
+    agree = agreement_table(summary, "mctaco-agreement", "documents joined", "n_samples_joined", layout,
                             after=[("acc: lm-eval vs independent", rate(ag.get("acc_official_vs_independent"))),
                                    ("F1: lm-eval vs independent", rate(ag.get("f1_official_vs_independent")))])
     series = {"model (independent = official)": [ind["acc"], ind["f1"], ind.get("em", {}).get("em")]}
@@ -175,5 +180,5 @@ def render(exp_dir, summary):
         series[name] = [b.get("acc"), b.get("f1"), None]
     bars = bars_with_baselines(["acc", "F1 (yes)", "EM"], series, [], "MC-TACO metrics vs constant answers",
                                "value") if ind.get("acc") is not None else ""
-    return (mctaco_headline(summary) + mctaco_limit_tables(summary) + plots(seg) + agree
+    return (mctaco_headline(summary, layout) + mctaco_limit_tables(summary, layout) + plots(seg) + agree
             + plots(score_scatter(records, summary), bars))

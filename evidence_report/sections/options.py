@@ -86,7 +86,7 @@ def heatmaps(mats, label_names):
     return figure(fig, "fwd vs rev flip matrices")
 
 
-def options_flips(records, cfg, summary):
+def options_flips(records, cfg, summary, layout):
     """The primary table: flips per comparison, in config order, the primary comparison marked."""
     flips = summary["flips"]
     order = comparison_order(cfg, flips)
@@ -100,12 +100,15 @@ def options_flips(records, cfg, summary):
     return ("<h3>Flips (semantic predictions, a vs b)</h3>" + note(text)
             + table(["comparison (a vs b)", "measure", "flips", "gains (a wrong → b right)", "losses", "net",
                      "discordant", "exact McNemar p", "flipped idx"], rows, "options-flips",
-                    row_classes=["primary" if r[0] == primary else "" for r in rows]))
+                    row_classes=["primary" if r[0] == primary else "" for r in rows], layout=layout))
 
 
-def options_conditions(cfg, summary, order):
-    conds_cfg = {c["name"]: c for c in cfg.get("conditions", [])}
-    conds = summary["conditions"]
+SCORES = (("acc", "correct"), ("acc_norm", "correct_norm"), ("acc_norm_tokens", "correct_norm_tokens"))
+
+
+def conditions_format2(conds, conds_cfg, order, summary, layout):
+    """Format 2's table: one row per condition, its three scores side by side (17 columns: wider than a 1300 px
+    window, hence its own horizontal scroll)."""
     rows = []
     for name in order:
         m, c = conds[name], conds_cfg.get(name, {})
@@ -115,14 +118,36 @@ def options_conditions(cfg, summary, order):
                      rate(m["acc_norm_tokens"]), interval(summary, f"conditions/{name}/acc_norm_tokens"),
                      m["predicted_positive"], m["chose_first_position"], m["baseline_all_negative_correct"],
                      m["baseline_all_positive_correct"]))
+    return wide(table(["condition", "space", "order", "correct", "of", "acc", "acc 95% interval",
+                       "correct (norm)", "acc_norm", "acc_norm 95% interval", "correct (norm tokens)",
+                       "acc_norm_tokens", "acc_norm_tokens 95% interval", "predicted positive",
+                       "chose first position", "all-negative baseline correct", "all-positive baseline correct"],
+                      rows, "options-conditions", "headline", layout=layout))
+
+
+def conditions_tables(conds, conds_cfg, order, summary, layout):
+    """Format 3's tables, narrow enough for a 1300 px window: the accuracies one row per condition and score (acc,
+    acc_norm, acc_norm_tokens), then what each condition predicted against the constant-class baselines."""
+    rows = [(name, conds_cfg.get(name, {}).get("space"), conds_cfg.get(name, {}).get("order"), score,
+             conds[name][correct], conds[name]["n"], rate(conds[name][score]),
+             interval(summary, f"conditions/{name}/{score}")) for name in order for score, correct in SCORES]
+    preds = [(name, conds[name]["n"], conds[name]["predicted_positive"], conds[name]["chose_first_position"],
+              conds[name]["baseline_all_negative_correct"], conds[name]["baseline_all_positive_correct"])
+             for name in order]
+    return (table(["condition", "space", "order", "score", "correct", "of", "accuracy", "95% interval"], rows,
+                  "options-conditions", "headline", layout=layout)
+            + table(["condition", "items", "predicted positive", "chose first position",
+                     "all-negative baseline correct", "all-positive baseline correct"], preds,
+                    "options-predictions", layout=layout))
+
+
+def options_conditions(cfg, summary, order, layout):
+    conds_cfg = {c["name"]: c for c in cfg.get("conditions", [])}
+    conds = summary["conditions"]
     head = ("<h3>Accuracy per condition (secondary)</h3>"
-            + wide(table(["condition", "space", "order", "correct", "of", "acc", "acc 95% interval",
-                          "correct (norm)", "acc_norm", "acc_norm 95% interval", "correct (norm tokens)",
-                          "acc_norm_tokens", "acc_norm_tokens 95% interval", "predicted positive",
-                          "chose first position", "all-negative baseline correct", "all-positive baseline correct"],
-                         rows, "options-conditions", "headline")))
+            + (conditions_format2 if layout.format2 else conditions_tables)(conds, conds_cfg, order, summary, layout))
     head += paired_table(summary, "options-uncertainty", "raw accuracies of the configured comparisons, paired on the "
-                                                    "items (the McNemar p equals the flips table's)")
+                                                    "items (the McNemar p equals the flips table's)", layout)
     head += note("acc: argmax of summed candidate log-probability; acc_norm: lm-eval's character-length "
                  "normalisation; acc_norm_tokens: token-length normalisation (not an lm-eval metric). "
                  "Conditions are compared on semantic predictions only (flips above); accuracies are secondary.")
@@ -135,7 +160,7 @@ def options_conditions(cfg, summary, order):
     return head + plots(bars)
 
 
-def options_matrices(records, cfg, summary, label_names):
+def options_matrices(records, cfg, summary, label_names, layout):
     mats, mtabs = [], ""
     for space, a, b in flip_pairs(records, cfg.get("conditions")):
         m = flip_matrix(records, a, b)
@@ -146,7 +171,7 @@ def options_matrices(records, cfg, summary, label_names):
         trows.append(("total", m[0][0] + m[1][0], m[0][1] + m[1][1], sum(map(sum, m))))
         trows.append(("flips (off-diagonal)", m[0][1] + m[1][0], "summary.json:", recorded))
         mtabs += table([f"{title}: fwd \\ rev", f"rev: {label_names[0]}", f"rev: {label_names[1]}", "total"],
-                       trows, f"options-flipmatrix-{space}", "matrix", f"rows {a}, columns {b}")
+                       trows, f"options-flipmatrix-{space}", "matrix", f"rows {a}, columns {b}", layout=layout)
     if not mats:
         return ""
     return ("<h3>fwd/rev flip matrices (semantic predictions)</h3>"
@@ -156,7 +181,7 @@ def options_matrices(records, cfg, summary, label_names):
             + f'<div class="side">{mtabs}</div>' + plots(heatmaps(mats, label_names)))
 
 
-def render(exp_dir, summary):
+def render(exp_dir, summary, layout):
     records = read_jsonl(exp_dir / "records.jsonl")
     cfg = read_optional(exp_dir / "config.json")
     label_names = (cfg.get("config") or {}).get("sst2_choices") or ["0", "1"]
@@ -164,11 +189,11 @@ def render(exp_dir, summary):
     conds = summary["conditions"]
     order = [c for c in listed if c in conds] + [c for c in conds if c not in listed]
     agree = agreement_table(
-        summary, "options-agreement", "records joined", "n_records_joined",
+        summary, "options-agreement", "records joined", "n_records_joined", layout,
         before=[("records (item × condition)", count(summary["n_records"]))],
         after=[("lm-eval process_results acc/acc_norm mismatches",
                 count(summary["agreement"].get("n_lm_eval_metric_mismatches")))])
     scatter = score_scatter(records, summary, lambda r: f"{r.get('space', '?')} space")
-    return (limit_note(summary) + options_flips(records, cfg, summary)
-            + options_matrices(records, cfg, summary, label_names)
-            + options_conditions(cfg, summary, order) + agree + plots(scatter))
+    return (limit_note(summary) + options_flips(records, cfg, summary, layout)
+            + options_matrices(records, cfg, summary, label_names, layout)
+            + options_conditions(cfg, summary, order, layout) + agree + plots(scatter))

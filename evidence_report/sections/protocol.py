@@ -18,7 +18,7 @@ def limit_note(summary, unit="items"):
                 f"{lim.get('order')}; every figure of this section is of those {lim.get('n')} {unit} only")
 
 
-def render(exp_dir, summary):
+def render(exp_dir, summary, layout):
     records = read_jsonl(exp_dir / "records.jsonl")
     n = summary["n_items"]
     off, ind, cc = summary["official"], summary["independent"], summary["constant_class_baseline"]
@@ -31,13 +31,14 @@ def render(exp_dir, summary):
         ("independent", ind["correct"], n, rate(ind["accuracy"]), interval(summary, "independent/accuracy"),
          ind["pred_counts"]["0"], ind["pred_counts"]["1"]),
         (f"constant class (always label {cc['label']})", labels.get(str(cc["label"])), n, rate(cc["accuracy"]),
-         interval(summary, "constant_class_baseline/accuracy"), None, None)], "protocol-headline", "headline")
+         interval(summary, "constant_class_baseline/accuracy"), None, None)], "protocol-headline", "headline",
+        layout=layout)
     head += paired_table(summary, "protocol-uncertainty", "each path against always answering the majority label, "
-                                                     "on the same items")
+                                                     "on the same items", layout)
     head += kv_table([("lm-eval's own reported acc", rate(off.get("lm_eval_reported_acc"))),
                       ("label counts (0 negative / 1 positive)", f"{labels.get('0')} / {labels.get('1')}")],
-                     "protocol-reported")
-    agree = agreement_table(summary, "protocol-agreement", "samples joined", "n_samples_joined")
+                     "protocol-reported", layout=layout)
+    agree = agreement_table(summary, "protocol-agreement", "samples joined", "n_samples_joined", layout)
     bars = bars_with_baselines(["official", "independent"], {"accuracy": [off["accuracy"], ind["accuracy"]]},
                                [("all negative", labels["0"] / n, "--"), ("all positive", labels["1"] / n, ":")],
                                "accuracy with constant-class baselines")
