@@ -19,7 +19,8 @@ from evidence_audit.run_command import experiments_of_command
 from evidence_audit.signature import SIGNATURE
 
 
-def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, options=None, allowed_signers=None):
+def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, options=None, allowed_signers=None,
+          rebuild_page=True, page_memo=None):
     """Audit every experiment directory under `out` (or those named in `only`; the rest are reported as SKIPPED):
     the manifest level first (MANIFEST.json against the files), then each experiment's rule, then report.html,
     then what O must hold whatever the manifest says (completeness_checks; O/private/ absent while experiments are
@@ -27,6 +28,8 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
     `public_only`: the reader holds published evidence without O/private/ and says so (see headline).
     `options`: checks.AuditOptions (--threads, --review), handed to the rules as C.options.
     `allowed_signers`: --allowed-signers FILE (signature.check_allowed_signers'd): verify O/MANIFEST.json.sig.
+    `rebuild_page` False / `page_memo` (a dict): for the mutation self-test only, which ignores the page's rows in
+    one audit and audits one unchanged copy at several levels (report_page.page_rebuild_check).
     Returns the report dict; raises Unreadable (exit 2)."""
     out = Path(out)
     if out.is_symlink():
@@ -62,8 +65,8 @@ def audit(out, levels=(ARITHMETIC,), cache=None, only=None, public_only=False, o
     if limited:             # a quick look, not a result: said where a reader looks first
         C.headline_note(f"limited run (--limit): {', '.join(limited)}")
     report_html_check(C, out, sealed["run_id"], sealed["manifest"])
-    if not only:        # the page is built from public evidence: every audit, --public-only too, rebuilds it
-        page_rebuild_check(C, out)
+    if not only and rebuild_page:   # built from public evidence: every audit, --public-only too, rebuilds the page
+        page_rebuild_check(C, out, memo=page_memo)
     stray_evidence(C, out, experiments, only)
     completeness_checks(C, out, experiments, fmt)
     if not (out / "private").exists():      # what the experiments present write, not only what the manifest lists

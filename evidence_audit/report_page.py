@@ -280,7 +280,20 @@ REBUILD_CHECK = "report.html rebuilt from the evidence (report.py --check, byte 
 REPORT_PY = Path(__file__).resolve().parents[1] / "report.py"
 
 
-def page_rebuild_check(C, out, timeout_s=600):
+def public_bytes_key(out):
+    """sha256 over the path and bytes of every file under out but O/private/ and the audit's own audit*.json: all a
+    rebuild can read (the page needs no private file), so one key, one verdict, for one builder."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in out.rglob("*") if p.is_file() and not p.is_symlink()):
+        rel = path.relative_to(out)
+        if rel.parts[0] == "private" or (len(rel.parts) == 1 and rel.name.startswith("audit")):
+            continue
+        h.update(f"{rel.as_posix()}\0{path.stat().st_size}\0".encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def page_rebuild_check(C, out, timeout_s=600, memo=None):
     """Row REBUILD_CHECK, at the arithmetic level (the page is built from public evidence alone, so every audit and
     --public-only can rebuild it): what the whitelist above cannot catch — a cell pointed at another field holding
     an equal value, a label swap, look-alike digits, a closed <details>, a plot, an omission — by running this
@@ -290,20 +303,27 @@ def page_rebuild_check(C, out, timeout_s=600):
     if not (out / "report.html").is_file():
         C.skip("-", ARITHMETIC, REBUILD_CHECK, "no report.html (named by the row above)", requested=False)
         return
-    try:
-        proc = subprocess.run([sys.executable, str(REPORT_PY), "--check", str(out)], capture_output=True, text=True,
-                              timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        C.add("-", ARITHMETIC, REBUILD_CHECK, 1, [f"report.py --check could not run ({short(str(e), 200)})"])
-        return
-    lines = (proc.stderr or proc.stdout).strip().splitlines()
-    said = lines[-1] if lines else f"report.py --check exited {proc.returncode} without a word"
-    other = None if proc.returncode == 0 else other_builder(out)
+    key = public_bytes_key(out) if memo is not None else None
+    if key in (memo or {}):
+        code, said = memo[key][0], memo[key][1].replace("\0O\0", str(out))
+    else:
+        try:
+            proc = subprocess.run([sys.executable, str(REPORT_PY), "--check", str(out)], capture_output=True,
+                                  text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            C.add("-", ARITHMETIC, REBUILD_CHECK, 1, [f"report.py --check could not run ({short(str(e), 200)})"])
+            return
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        code = proc.returncode
+        said = lines[-1] if lines else f"report.py --check exited {code} without a word"
+        if memo is not None:
+            memo[key] = (code, said.replace(str(out), "\0O\0"))
+    other = None if code == 0 else other_builder(out)
     if other:       # another builder may lay the same evidence out otherwise: not a difference this audit can decide
         C.skip("-", ARITHMETIC, REBUILD_CHECK, f"{short(said, 300)}; but {other}: audit with the commit the "
                                               "evidence cites to decide")
         return
-    C.add("-", ARITHMETIC, REBUILD_CHECK, 1, [] if proc.returncode == 0 else [short(said, 600)],
+    C.add("-", ARITHMETIC, REBUILD_CHECK, 1, [] if code == 0 else [short(said, 600)],
           note="the page this checkout's report.py builds from the evidence; audit with the commit the evidence cites")
 
 

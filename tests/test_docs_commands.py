@@ -265,13 +265,15 @@ def test_the_parse_check_fails_a_renamed_flag_and_a_missing_path():
 # ---- running the commands as written -----------------------------------------------------------------------------
 
 def make_checkout(where, prepared_cache):
-    """A directory laid out like a user's checkout: every top-level entry of the repository symlinked (the venv
-    too), ./cache a hard-linked copy of the prepared cache (every cache write is a rename, so the original is never
+    """A directory laid out like a user's fresh checkout: every top-level entry git tracks symlinked, and the venv
+    (not what the user made in theirs: README command 1's smoke/ and cache/ are there in a clone the suite runs in),
+    ./cache a hard-linked copy of the prepared cache (every cache write is a rename, so the original is never
     changed) whose result cache is a consistent snapshot of the prepared one's."""
     where.mkdir(parents=True)
-    for entry in REPO.iterdir():
-        if entry.name not in (".git", "cache") and not entry.name.startswith(".pytest"):
-            (where / entry.name).symlink_to(entry)
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in sorted({p.split("/", 1)[0] for p in tracked.decode().split("\0") if p} | {".venv"}):
+        if (REPO / name).exists():
+            (where / name).symlink_to(REPO / name)
     shutil.copytree(prepared_cache, where / "cache", copy_function=link_or_copy,
                     ignore=shutil.ignore_patterns("results.sqlite*", "*.lock"))
     results = prepared_cache / "results.sqlite"

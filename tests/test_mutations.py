@@ -345,7 +345,7 @@ def _row(level, check, status="PASS", msg=None):
 
 def _fake_audit():
     """An audit whose result depends on a marker file the fake kinds write: the runner is tested, not the audit."""
-    def audit(d, levels, cache, only=None, public_only=False, options=None):
+    def audit(d, levels, cache, only=None, public_only=False, options=None, rebuild_page=True, page_memo=None):
         marker = d / "MARK"
         how = marker.read_text() if marker.exists() else "clean"
         checks = [_row("arithmetic", "summary.json values"), _row("identity", "private texts"),
@@ -434,7 +434,7 @@ def test_runner_audits_each_copy_up_to_the_named_level(tmp_path, monkeypatch):
     seen = []
     fake = _fake_audit()
 
-    def audit(d, levels, cache, only=None, public_only=False, options=None):
+    def audit(d, levels, cache, only=None, public_only=False, options=None, rebuild_page=True, page_memo=None):
         seen.append((d.name, tuple(levels)))
         return fake(d, levels, cache, only, public_only, options)
     monkeypatch.setattr(selftest, "audit", audit)
@@ -448,7 +448,7 @@ def _deep_audit():
     """A fake audit in which MARK "deep" fails a row only when the identity level is requested."""
     fake = _fake_audit()
 
-    def audit(d, levels, cache, only=None, public_only=False, options=None):
+    def audit(d, levels, cache, only=None, public_only=False, options=None, rebuild_page=True, page_memo=None):
         if (d / "MARK").exists() and (d / "MARK").read_text() == "deep":
             rep = fake(d.parent / "clean", levels, cache)
             if "identity" in levels:

@@ -199,21 +199,24 @@ def resealed_form(d, k, can_run, cache, options):
 
 
 def escalate(d, levels, can_run, cache, options):
-    """Audit d up to `levels`; while nothing rejects it, again with the next deeper level that can run."""
+    """Audit d up to `levels`; while nothing rejects it, again with the next deeper level that can run (d unchanged:
+    its page is rebuilt once, the verdict kept by the bytes it was rebuilt from)."""
+    page_memo = {}
     while True:
-        form = audit_once(d, levels, cache, options)
+        form = audit_once(d, levels, cache, options, page_memo=page_memo)
         deeper = ALL[len(levels)] if len(levels) < len(ALL) else None
         if form["caught_at"] != NOT_CAUGHT or deeper not in can_run:
             return form
         levels = ALL[:len(levels) + 1]
 
 
-def audit_once(d, levels, cache, options, ignore_page=False):
+def audit_once(d, levels, cache, options, ignore_page=False, page_memo=None):
     """One audit of d: the form's dict (caught_at, levels, failed rows, the report or the refusal). ignore_page: rows
-    and refusals that read report.html do not count (the page is about to be rebuilt)."""
+    and refusals that read report.html do not count (the page is about to be rebuilt), so the page is not rebuilt
+    for this audit either."""
     form = {"levels": list(levels), "report": None, "refused": None, "failed": []}
     try:
-        form["report"] = audit(d, levels, cache, options=options)
+        form["report"] = audit(d, levels, cache, options=options, rebuild_page=not ignore_page, page_memo=page_memo)
     except Unreadable as e:
         message = str(e).replace(str(d), "O")
         form["refused"] = f"[exit 2] {message}"
