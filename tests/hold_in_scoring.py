@@ -8,8 +8,10 @@ The real ResultCache.put_batch runs and commits first; the wait follows it, as a
 find the run. Nothing is printed on the run's stdout or stderr. A run that never commits a batch (it failed, or the
 result cache served every batch) never writes the line: FD closes when it exits, so the caller reads EOF. The wait
 is bounded (HOLD_S): when no signal comes the run goes on and exits as it would have, so an abandoned run ends."""
+import faulthandler
 import os
 import runpy
+import signal
 import sys
 import time
 from pathlib import Path
@@ -18,6 +20,8 @@ HOLD_S = 600
 
 
 def main():
+    # a caller whose SIGINT went unanswered sends SIGUSR1: where each thread is, on stderr, before it kills the run
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     fd, script, args = int(sys.argv[1]), Path(sys.argv[2]).resolve(), sys.argv[3:]
     os.set_inheritable(fd, False)           # the run's own subprocesses must not keep the pipe open
     sys.path[0] = str(script.parent)        # the script's own repository first, as `python SCRIPT` sets it

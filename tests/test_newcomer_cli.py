@@ -231,6 +231,14 @@ def sentiment_cache(tmp_path_factory):
     return cache
 
 
+def as_from_a_terminal():
+    """In the child before exec: SIGINT at its default and unblocked, as a shell started from a terminal gives it.
+    The test process's own disposition is not the user's: a process started with SIGINT ignored keeps it ignored
+    (Python installs its KeyboardInterrupt handler only over the default), and a blocked signal stays blocked."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def interrupt_while_scoring(cmd, timeout=600):
     """Start run.py under tests/hold_in_scoring.py, which holds it right after its first forward batch is committed
     (the experiment is scoring) and says so on a pipe; send SIGINT once it has said so, wait for it to end:
@@ -240,7 +248,8 @@ def interrupt_while_scoring(cmd, timeout=600):
     ready, ready_w = os.pipe()
     try:
         proc = subprocess.Popen([sys.executable, HOLD_IN_SCORING, str(ready_w), *map(str, cmd)], cwd=REPO, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=(ready_w,))
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=(ready_w,),
+                                preexec_fn=as_from_a_terminal)
     finally:
         os.close(ready_w)       # the child holds the only write end: EOF here once it exits without holding
     got = {}
@@ -256,7 +265,8 @@ def interrupt_while_scoring(cmd, timeout=600):
                 proc.send_signal(signal.SIGINT)
             code = proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
-        pass
+        proc.send_signal(signal.SIGUSR1)        # hold_in_scoring.py: every thread's stack on stderr, then killed
+        time.sleep(2)
     finally:
         os.close(ready)
         if proc.poll() is None:
@@ -267,7 +277,9 @@ def interrupt_while_scoring(cmd, timeout=600):
     stderr = got.get("err", "")
     assert said is not None, f"run.py did not reach its first forward batch within {timeout} s: {stderr[-3000:]}"
     assert said, f"run.py ended (exit {proc.returncode}) without committing a forward batch: {stderr[-3000:]}"
-    assert code is not None, f"run.py still ran 120 s after SIGINT (killed): {stderr[-3000:]}"
+    assert code is not None, (f"run.py still ran 120 s after SIGINT (killed; this process's SIGINT: "
+                              f"{signal.getsignal(signal.SIGINT)}, blocked here: "
+                              f"{sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))}): {stderr[-6000:]}")
     return code, got.get("out", ""), stderr
 
 
